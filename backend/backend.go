@@ -1,0 +1,182 @@
+// Package backend is the contract between package mp, which users import, and
+// the transports that move messages (TCP, NCCL).
+//
+// It plays the role database/sql/driver plays for database/sql: a transport
+// implements Driver and registers itself by name; mp picks a driver by the
+// name in COURIER_BACKEND and talks to it only through the interfaces here.
+// Users never need this package unless they write a transport.
+//
+// The semantics every transport must give are written down in DESIGN terms in
+// mp's package documentation; the ones that shape this contract are:
+//
+//   - Isend and Irecv never block waiting for the peer. A transport may block
+//     briefly (for example while a small frame is written to a socket whose
+//     reader is alive), but never on the matching operation being posted.
+//   - Messages from one sender with the same tag are matched in the order they
+//     were sent (MPI's non-overtaking rule).
+//   - Every request ends: with success, or with an error matching one of the
+//     sentinels below (errors.Is). A lost peer, Close and Abort end every
+//     pending request.
+package backend
+
+import (
+	"context"
+	"time"
+	"unsafe"
+
+	"github.com/courier-mp/courier/bootstrap"
+)
+
+// AnySource and AnyTag are the wildcards a receive may use for its source
+// and tag. A transport that cannot match them reports ErrNotSupported.
+const (
+	AnySource = -1
+	AnyTag    = -1
+)
+
+// MaxTag is the largest tag a message may carry. Tags are non-negative.
+const MaxTag = 1<<31 - 1
+
+// MemKind says where a buffer's memory lives.
+type MemKind uint8
+
+const (
+	// Host memory: a Go slice (or pinned host memory), addressable by the CPU.
+	Host MemKind = iota
+	// Device memory: GPU memory, not addressable by the CPU.
+	Device
+)
+
+// Buffer describes the memory of one message: a pointer, an element count
+// and an element type. Ptr keeps a Go-allocated backing array alive for as
+// long as the Buffer is reachable; a transport holds the Buffer (not a bare
+// uintptr) while an operation on it is pending.
+type Buffer struct {
+	// Ptr is the address of the first element; nil when Count is 0.
+	Ptr unsafe.Pointer
+	// Count is the number of elements (64-bit: messages over 2^31 elements are valid).
+	Count int64
+	// Type is the element type.
+	Type DType
+	// Mem says whether Ptr is host or device memory.
+	Mem MemKind
+	// Device is the ordinal of the GPU that holds device memory.
+	Device int
+}
+
+// Len is the buffer's size in bytes.
+func (b Buffer) Len() int64 { return b.Count * int64(b.Type.Size()) }
+
+// Bytes returns host memory as a byte slice. It returns nil for an empty
+// buffer and for device memory, which the CPU cannot address.
+func (b Buffer) Bytes() []byte {
+	if b.Mem != Host || b.Ptr == nil || b.Count == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(b.Ptr), b.Len())
+}
+
+// Status describes a completed receive: who sent the message, with which
+// tag, and how many elements of the receive buffer's type it held. For a
+// completed send, Source is the sender's own rank, Tag the send's tag and
+// Count the number of elements sent.
+type Status struct {
+	Source int
+	Tag    int
+	Count  int64
+}
+
+// Request is one pending non-blocking operation of a transport.
+//
+// Test and Wait may be called from any goroutine; after either has reported
+// completion, the caller calls Release exactly once and never touches the
+// request again, so transports can recycle request memory.
+type Request interface {
+	// Test reports, without blocking, whether the operation has completed,
+	// and if so its status and error.
+	Test() (done bool, st Status, err error)
+	// Wait blocks until the operation completes. A positive timeout bounds
+	// the wait: when it passes, Wait returns an error matching ErrTimeout and
+	// the operation is still pending.
+	Wait(timeout time.Duration) (Status, error)
+	// Done returns a channel that is closed when the operation completes.
+	Done() <-chan struct{}
+	// Release hands the request back to the transport after its completion
+	// has been observed.
+	Release()
+}
+
+// OpInfo describes a pending operation, for reports made when a wait times
+// out or a communicator is aborted.
+type OpInfo struct {
+	Op     string // "send" or "recv"
+	Peer   int    // destination or source; AnySource for a wildcard receive
+	Tag    int
+	Count  int64
+	Type   DType
+	Caller uintptr // program counter of the user's call, 0 if unknown
+}
+
+// Conn is one rank's endpoint of a communicator opened by a Driver.
+//
+// Every method is safe for concurrent use.
+type Conn interface {
+	// Isend starts sending buf to rank peer with tag.
+	Isend(buf Buffer, peer, tag int, caller uintptr) (Request, error)
+	// Irecv starts receiving into buf from rank peer (or AnySource) with
+	// tag (or AnyTag).
+	Irecv(buf Buffer, peer, tag int, caller uintptr) (Request, error)
+	// Pending lists the operations not yet completed.
+	Pending() []OpInfo
+	// Abort ends every pending and future operation with err (wrapped so
+	// that it still matches err) and releases the transport's resources
+	// without waiting for peers. It may be called more than once; the first
+	// error is kept.
+	Abort(err error)
+	// Close ends the communicator in an orderly way: pending operations end
+	// with ErrClosed, peers are told this rank left, and every goroutine the
+	// transport started has returned when Close returns. Close is idempotent.
+	Close() error
+}
+
+// Config is what a Driver needs to open a communicator.
+type Config struct {
+	// Job is the launch: rank, size and how to reach the other ranks.
+	Job bootstrap.Job
+	// Exchange is the bootstrap's all-gather, already connected; the driver
+	// uses it to publish its own addresses (or, for NCCL, the unique ID) and
+	// learn the others'. It is closed by the caller after Open returns.
+	Exchange bootstrap.Exchanger
+	// Check asks for envelope checks on every message (COURIER_CHECK=1).
+	Check bool
+	// Timeout bounds the driver's own waits during Open and Close (zero:
+	// the driver's default).
+	Timeout time.Duration
+	// Env looks up configuration variables (COURIER_IFACE, …); nil means
+	// the process environment.
+	Env func(string) string
+}
+
+// Getenv looks a variable up through c.Env, or the process environment.
+func (c Config) Getenv(name string) string {
+	if c.Env != nil {
+		return c.Env(name)
+	}
+	return getenv(name)
+}
+
+// Driver opens communicators of one transport.
+type Driver interface {
+	// Open joins the communicator described by cfg. It returns when every
+	// rank is connected, or with an error when ctx ends first.
+	Open(ctx context.Context, cfg Config) (Conn, error)
+}
+
+// Availability is an optional Driver capability: a driver that may not work
+// on this machine (no GPU, no library) reports why. mp uses it to choose a
+// backend for COURIER_BACKEND=auto.
+type Availability interface {
+	// Available returns nil when the driver can open communicators here, or
+	// an error matching ErrNotSupported that says why not.
+	Available() error
+}

@@ -1,0 +1,194 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/courier-mp/courier/internal/auth"
+)
+
+// Dial backoff while rank 0 is not listening yet.
+const (
+	firstBackoff = 10 * time.Millisecond
+	maxBackoff   = 500 * time.Millisecond
+)
+
+// client is the side of the rendezvous of a rank other than 0: one
+// connection to rank 0, kept open across rounds.
+type client struct {
+	conn       net.Conn
+	rank, size int
+	addr       string
+
+	closing atomic.Bool
+	mu      sync.Mutex // held by AllGather and Close
+	err     error      // once set, every AllGather returns it
+}
+
+// join runs Connect for a rank other than 0.
+func join(ctx context.Context, job Job, key string) (*client, error) {
+	conn, err := dial(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	c := &client{conn: conn, rank: job.Rank, size: job.Size, addr: job.Addr}
+	stop := watch(ctx, []net.Conn{conn})
+	err = c.handshake(key)
+	if !stop() {
+		err = interrupted(ctx, c.rank, "rendezvous handshake")
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// dial connects to rank 0, retrying with a growing pause until ctx ends.
+func dial(ctx context.Context, job Job) (net.Conn, error) {
+	var d net.Dialer
+	pause := firstBackoff
+	for {
+		conn, err := d.DialContext(ctx, "tcp", job.Addr)
+		if err == nil {
+			return conn, nil
+		}
+		if _, bad := errors.AsType[*net.AddrError](err); bad {
+			return nil, fmt.Errorf("bootstrap: rank %d: bad rendezvous address %q (COURIER_ADDR): %w", job.Rank, job.Addr, err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("bootstrap: rank %d: rank 0 did not answer at %s: %w (last attempt: %v)",
+				job.Rank, job.Addr, context.Cause(ctx), err)
+		}
+		pause = min(2*pause, maxBackoff)
+	}
+}
+
+// handshake answers rank 0's challenge, and checks rank 0's proof.
+func (c *client) handshake(key string) error {
+	p, err := c.expect(frameHello)
+	if err != nil {
+		return err
+	}
+	challenge, err := parseHello(p)
+	if err != nil {
+		return fmt.Errorf("bootstrap: rank %d: %s: %w", c.rank, c.addr, err)
+	}
+	facts := rankSize(uint32(c.rank), uint32(c.size))
+	m := authMsg{rank: uint32(c.rank), size: uint32(c.size), nonce: auth.Nonce()}
+	m.proof = auth.Prove(key, proveContext, challenge, facts)
+	if err := writeFrame(c.conn, frameAuth, m.marshal()); err != nil {
+		return c.lost(err)
+	}
+	if p, err = c.expect(frameOK); err != nil {
+		return err
+	}
+	if !auth.Verify(key, okContext, m.nonce, p, facts) {
+		return fmt.Errorf("%w: rank 0 at %s does not know this job's key (another job's rendezvous?)", ErrRefused, c.addr)
+	}
+	return nil
+}
+
+// expect reads a frame of type typ and returns its payload; an error frame
+// becomes the error it carries.
+func (c *client) expect(typ byte) ([]byte, error) {
+	t, p, err := readFrame(c.conn)
+	switch {
+	case err != nil:
+		return nil, c.lost(err)
+	case t == frameError:
+		return nil, c.remote(p)
+	case t != typ:
+		return nil, fmt.Errorf("bootstrap: rank %d: %s: %w: frame %q instead of %q", c.rank, c.addr, errProtocol, t, typ)
+	}
+	return p, nil
+}
+
+// remote turns rank 0's error frame into an error.
+func (c *client) remote(p []byte) error {
+	code, text, err := parseError(p)
+	switch {
+	case err != nil:
+		return fmt.Errorf("bootstrap: rank %d: %s: %w", c.rank, c.addr, err)
+	case code == codeRefused:
+		return fmt.Errorf("%w: %s (rank 0 at %s)", ErrRefused, text, c.addr)
+	default:
+		return fmt.Errorf("%w: %s (reported by rank 0)", ErrPeerLost, text)
+	}
+}
+
+// lost is the error of a broken connection to rank 0.
+func (c *client) lost(err error) error {
+	return fmt.Errorf("%w: rank 0 (at %s, seen by rank %d): %w", ErrPeerLost, c.addr, c.rank, err)
+}
+
+// AllGather sends data to rank 0 and reads back every rank's blob.
+func (c *client) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
+	if err := checkBlob(len(data)); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil, c.err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing sent: the exchanger is still usable
+	}
+	stop := watch(ctx, []net.Conn{c.conn})
+	all, err := c.round(data)
+	switch {
+	case !stop():
+		err = interrupted(ctx, c.rank, "all-gather")
+	case err != nil && c.closing.Load():
+		err = ErrClosed
+	}
+	if err != nil {
+		c.err = err
+		c.conn.Close()
+		return nil, err
+	}
+	return all, nil
+}
+
+// round sends one blob and reads Size.
+func (c *client) round(data []byte) ([][]byte, error) {
+	if err := writeFrame(c.conn, frameBlob, data); err != nil {
+		// rank 0 may have said why before it closed.
+		if t, p, rerr := readFrame(c.conn); rerr == nil && t == frameError {
+			return nil, c.remote(p)
+		}
+		return nil, c.lost(err)
+	}
+	all := make([][]byte, c.size)
+	for r := range all {
+		p, err := c.expect(frameBlob)
+		if err != nil {
+			return nil, err
+		}
+		all[r] = p
+	}
+	return all, nil
+}
+
+// Close closes the connection to rank 0, waits for a pending AllGather to
+// return, and makes later ones fail with ErrClosed. It is idempotent.
+func (c *client) Close() error {
+	c.closing.Store(true)
+	c.conn.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = ErrClosed
+	}
+	return nil
+}

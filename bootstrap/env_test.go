@@ -1,0 +1,454 @@
+package bootstrap
+
+import (
+	"errors"
+	"net"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// env turns a map into a getenv.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestFromEnv(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want Job // Key and Addr are checked by other tests
+	}{
+		{
+			name: "no launcher",
+			env:  map[string]string{"HOME": "/root"},
+			want: Job{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Launcher: "single"},
+		},
+		{
+			name: "manual",
+			env:  map[string]string{"COURIER_RANK": "1", "COURIER_SIZE": "4"},
+			want: Job{Rank: 1, Size: 4, LocalRank: -1, LocalSize: -1, Launcher: "manual",
+				Vars: []string{"COURIER_RANK=1", "COURIER_SIZE=4"}},
+		},
+		{
+			name: "manual with local",
+			env: map[string]string{"COURIER_RANK": "3", "COURIER_SIZE": "4",
+				"COURIER_LOCAL_RANK": "1", "COURIER_LOCAL_SIZE": "2"},
+			want: Job{Rank: 3, Size: 4, LocalRank: 1, LocalSize: 2, Launcher: "manual",
+				Vars: []string{"COURIER_RANK=3", "COURIER_SIZE=4"}},
+		},
+		{
+			name: "manual with local rank only",
+			env:  map[string]string{"COURIER_RANK": "3", "COURIER_SIZE": "4", "COURIER_LOCAL_RANK": "1"},
+			want: Job{Rank: 3, Size: 4, LocalRank: 1, LocalSize: -1, Launcher: "manual",
+				Vars: []string{"COURIER_RANK=3", "COURIER_SIZE=4"}},
+		},
+		{
+			name: "courier run",
+			env:  map[string]string{"COURIER_RANK": "2", "COURIER_SIZE": "3", "COURIER_JOB_KEY": "s3cret"},
+			want: Job{Rank: 2, Size: 3, LocalRank: 2, LocalSize: 3, Launcher: "courier",
+				Vars: []string{"COURIER_RANK=2", "COURIER_SIZE=3"}},
+		},
+		{
+			name: "courier run with local",
+			env: map[string]string{"COURIER_RANK": "2", "COURIER_SIZE": "3", "COURIER_JOB_KEY": "s3cret",
+				"COURIER_LOCAL_RANK": "0", "COURIER_LOCAL_SIZE": "1"},
+			want: Job{Rank: 2, Size: 3, LocalRank: 0, LocalSize: 1, Launcher: "courier",
+				Vars: []string{"COURIER_RANK=2", "COURIER_SIZE=3"}},
+		},
+		{
+			name: "openmpi",
+			env: map[string]string{"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+				"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+				"OMPI_MCA_ess_base_jobid": "2731540481"},
+			want: Job{Rank: 5, Size: 8, LocalRank: 1, LocalSize: 4, Launcher: "openmpi", JobID: "2731540481",
+				Vars: []string{"OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=8"}},
+		},
+		{
+			name: "openmpi without local",
+			env:  map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"},
+			want: Job{Rank: 0, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "openmpi",
+				Vars: []string{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2"}},
+		},
+		{
+			name: "pmix with PMIX_SIZE",
+			env:  map[string]string{"PMIX_RANK": "3", "PMIX_SIZE": "4", "PMIX_NAMESPACE": "prterun-host-1234@1"},
+			want: Job{Rank: 3, Size: 4, LocalRank: -1, LocalSize: -1, Launcher: "pmix", JobID: "prterun-host-1234@1",
+				Vars: []string{"PMIX_RANK=3", "PMIX_SIZE=4"}},
+		},
+		{
+			name: "pmix with COURIER_SIZE",
+			env:  map[string]string{"PMIX_RANK": "1", "COURIER_SIZE": "2", "PMIX_NAMESPACE": "ns"},
+			want: Job{Rank: 1, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "pmix", JobID: "ns",
+				Vars: []string{"PMIX_RANK=1", "COURIER_SIZE=2"}},
+		},
+		{
+			name: "pmix without size defers to slurm",
+			env: map[string]string{"PMIX_RANK": "1", "PMIX_NAMESPACE": "slurm.pmix.77.0",
+				"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0"},
+			want: Job{Rank: 1, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "slurm", JobID: "77.0",
+				Vars: []string{"SLURM_PROCID=1", "SLURM_NTASKS=2"}},
+		},
+		{
+			name: "mpich",
+			env: map[string]string{"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0",
+				"MPI_LOCALNRANKS": "2", "PMI_KVSNAME": "kvs_1234_0", "PMI_JOBID": "ignored"},
+			want: Job{Rank: 2, Size: 4, LocalRank: 0, LocalSize: 2, Launcher: "mpich", JobID: "kvs_1234_0",
+				Vars: []string{"PMI_RANK=2", "PMI_SIZE=4"}},
+		},
+		{
+			name: "mpich with PMI_JOBID",
+			env:  map[string]string{"PMI_RANK": "0", "PMI_SIZE": "1", "PMI_JOBID": "job9"},
+			want: Job{Rank: 0, Size: 1, LocalRank: -1, LocalSize: -1, Launcher: "mpich", JobID: "job9",
+				Vars: []string{"PMI_RANK=0", "PMI_SIZE=1"}},
+		},
+		{
+			name: "slurm",
+			env: map[string]string{"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+				"SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3"},
+			want: Job{Rank: 5, Size: 8, LocalRank: 1, LocalSize: 4, Launcher: "slurm", JobID: "4242.3",
+				Vars: []string{"SLURM_PROCID=5", "SLURM_NTASKS=8"}},
+		},
+		{
+			name: "slurm with SLURM_NPROCS and uneven nodes",
+			env: map[string]string{"SLURM_PROCID": "2", "SLURM_NPROCS": "7", "SLURM_LOCALID": "2",
+				"SLURM_NTASKS_PER_NODE": "3(x2),1", "SLURM_JOB_ID": "4242"},
+			want: Job{Rank: 2, Size: 7, LocalRank: 2, LocalSize: -1, Launcher: "slurm", JobID: "4242",
+				Vars: []string{"SLURM_PROCID=2", "SLURM_NPROCS=7"}},
+		},
+		{
+			name: "empty values are unset",
+			env:  map[string]string{"COURIER_RANK": "", "OMPI_COMM_WORLD_RANK": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"},
+			want: Job{Rank: 0, Size: 1, LocalRank: -1, LocalSize: -1, Launcher: "slurm",
+				Vars: []string{"SLURM_PROCID=0", "SLURM_NTASKS=1"}},
+		},
+		// Precedence: each launcher wins over those below it.
+		{
+			name: "courier over openmpi",
+			env: map[string]string{"COURIER_RANK": "1", "COURIER_SIZE": "2",
+				"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"},
+			want: Job{Rank: 1, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "manual",
+				Vars: []string{"COURIER_RANK=1", "COURIER_SIZE=2"}},
+		},
+		{
+			name: "openmpi over pmix, mpich and slurm",
+			env: map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+				"PMIX_RANK": "3", "PMIX_SIZE": "4", "PMI_RANK": "0", "PMI_SIZE": "1",
+				"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},
+			want: Job{Rank: 3, Size: 4, LocalRank: -1, LocalSize: -1, Launcher: "openmpi",
+				Vars: []string{"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4"}},
+		},
+		{
+			name: "pmix over mpich and slurm",
+			env: map[string]string{"PMIX_RANK": "1", "PMIX_SIZE": "2", "PMI_RANK": "0", "PMI_SIZE": "1",
+				"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},
+			want: Job{Rank: 1, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "pmix",
+				Vars: []string{"PMIX_RANK=1", "PMIX_SIZE=2"}},
+		},
+		{
+			name: "mpich over slurm",
+			env: map[string]string{"PMI_RANK": "1", "PMI_SIZE": "2",
+				"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_ID": "9"},
+			want: Job{Rank: 1, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "mpich",
+				Vars: []string{"PMI_RANK=1", "PMI_SIZE=2"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := FromEnv(env(tt.env))
+			if err != nil {
+				t.Fatalf("FromEnv: %v", err)
+			}
+			got.Key, got.Addr = "", ""
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("FromEnv =\n  %+v\nwant\n  %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFromEnvErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want []string // substrings of the message
+	}{
+		{"COURIER_RANK without COURIER_SIZE", map[string]string{"COURIER_RANK": "1"},
+			[]string{"COURIER_RANK=1 is set but COURIER_SIZE is not"}},
+		{"COURIER_SIZE without COURIER_RANK", map[string]string{"COURIER_SIZE": "4"},
+			[]string{"COURIER_SIZE=4 is set but COURIER_RANK is not"}},
+		{"non-integer rank", map[string]string{"COURIER_RANK": "one", "COURIER_SIZE": "4"},
+			[]string{`COURIER_RANK="one" is not an integer`}},
+		{"non-integer size", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4.0"},
+			[]string{`OMPI_COMM_WORLD_SIZE="4.0" is not an integer`}},
+		{"overflowing size", map[string]string{"PMI_RANK": "1", "PMI_SIZE": "99999999999999999999999"},
+			[]string{`PMI_SIZE="99999999999999999999999" is not an integer`}},
+		{"negative rank", map[string]string{"PMI_RANK": "-1", "PMI_SIZE": "4"},
+			[]string{"PMI_RANK=-1 is negative"}},
+		{"zero size", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "0"},
+			[]string{"SLURM_NTASKS=0", "at least 1"}},
+		{"rank not below size", map[string]string{"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "4"},
+			[]string{"OMPI_COMM_WORLD_RANK=4 is not below OMPI_COMM_WORLD_SIZE=4"}},
+		{"openmpi rank without size", map[string]string{"OMPI_COMM_WORLD_RANK": "1"},
+			[]string{"OMPI_COMM_WORLD_RANK=1 is set but OMPI_COMM_WORLD_SIZE is not"}},
+		{"mpich size without rank", map[string]string{"PMI_SIZE": "2"},
+			[]string{"PMI_SIZE=2 is set but PMI_RANK is not"}},
+		{"slurm without size", map[string]string{"SLURM_PROCID": "0"},
+			[]string{"SLURM_PROCID=0 is set but SLURM_NTASKS is not"}},
+		{"pmix without any size", map[string]string{"PMIX_RANK": "2", "PMIX_NAMESPACE": "ns"},
+			[]string{"PMIX_RANK=2", "size is unknown", "-tags mpi", "COURIER_SIZE"}},
+		{"local rank not below local size", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
+			"OMPI_COMM_WORLD_LOCAL_RANK": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+			[]string{"local rank 2 is not below local size 2", "OMPI_COMM_WORLD_LOCAL_RANK=2", "OMPI_COMM_WORLD_LOCAL_SIZE=2"}},
+		{"default local rank not below local size", map[string]string{"COURIER_RANK": "3", "COURIER_SIZE": "4",
+			"COURIER_JOB_KEY": "k", "COURIER_LOCAL_SIZE": "2"},
+			[]string{"local rank 3 is not below local size 2", "COURIER_LOCAL_RANK unset", "COURIER_LOCAL_SIZE=2"}},
+		{"slurm local rank not below tasks per node", map[string]string{"SLURM_PROCID": "3", "SLURM_NTASKS": "4",
+			"SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "2"},
+			[]string{"local rank 3 is not below local size 2"}},
+		{"non-integer local rank", map[string]string{"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "x"},
+			[]string{`MPI_LOCALRANKID="x" is not an integer`}},
+		{"negative local rank", map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "-1"},
+			[]string{"SLURM_LOCALID=-1 is negative"}},
+		{"zero local size", map[string]string{"COURIER_RANK": "1", "COURIER_SIZE": "2", "COURIER_LOCAL_SIZE": "0"},
+			[]string{"COURIER_LOCAL_SIZE=0", "at least 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			job, err := FromEnv(env(tt.env))
+			if err == nil {
+				t.Fatalf("FromEnv = %+v, want an error", job)
+			}
+			if !errors.Is(err, ErrBadEnv) {
+				t.Errorf("error %q does not wrap ErrBadEnv", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestFromEnvAddrAndKey checks COURIER_ADDR and COURIER_JOB_KEY under every
+// launcher, and the derived key.
+func TestFromEnvAddrAndKey(t *testing.T) {
+	launchers := map[string]map[string]string{
+		"manual":  {"COURIER_RANK": "0", "COURIER_SIZE": "2"},
+		"openmpi": {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_MCA_ess_base_jobid": "17"},
+		"pmix":    {"PMIX_RANK": "0", "PMIX_SIZE": "2", "PMIX_NAMESPACE": "17"},
+		"mpich":   {"PMI_RANK": "0", "PMI_SIZE": "2", "PMI_KVSNAME": "17"},
+		"slurm":   {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "17"},
+		"single":  {},
+	}
+	keys := map[string]string{}
+	for name, vars := range launchers {
+		t.Run(name, func(t *testing.T) {
+			with := map[string]string{"COURIER_ADDR": "node1:4444", "COURIER_JOB_KEY": "s3cret"}
+			for k, v := range vars {
+				with[k] = v
+			}
+			job, err := FromEnv(env(with))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if job.Addr != "node1:4444" || job.Key != "s3cret" {
+				t.Errorf("Addr, Key = %q, %q; want node1:4444, s3cret", job.Addr, job.Key)
+			}
+			for _, v := range job.Vars {
+				if strings.Contains(v, "s3cret") {
+					t.Errorf("Vars %q shows the key", job.Vars)
+				}
+			}
+
+			job, err = FromEnv(env(vars))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if job.Key == "" {
+				t.Fatal("no derived key")
+			}
+			if name != "manual" && job.Launcher != name {
+				t.Errorf("Launcher = %q, want %q", job.Launcher, name)
+			}
+			keys[job.Launcher] = job.Key
+		})
+	}
+	// One derived key per launcher, even where the job IDs are equal.
+	seen := map[string]string{}
+	for l, k := range keys {
+		if other, dup := seen[k]; dup {
+			t.Errorf("launchers %s and %s derive the same key", l, other)
+		}
+		seen[k] = l
+	}
+
+	// Ranks of one job agree; another job's ID gives another key.
+	a0, _ := FromEnv(env(map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "17"}))
+	a1, _ := FromEnv(env(map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "17"}))
+	b0, _ := FromEnv(env(map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "18"}))
+	if a0.Key != a1.Key {
+		t.Errorf("ranks of one job derive keys %q and %q", a0.Key, a1.Key)
+	}
+	if a0.Key == b0.Key {
+		t.Errorf("jobs 17 and 18 derive the same key %q", a0.Key)
+	}
+}
+
+// launcherVars are every variable FromEnv and Detect read; Detect's tests
+// blank them so that the environment the tests run in cannot interfere.
+var launcherVars = []string{
+	"COURIER_RANK", "COURIER_SIZE", "COURIER_LOCAL_RANK", "COURIER_LOCAL_SIZE", "COURIER_JOB_KEY",
+	"COURIER_ADDR", "COURIER_RENDEZVOUS_FD",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+	"OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
+	"PMIX_RANK", "PMIX_SIZE", "PMIX_NAMESPACE",
+	"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_KVSNAME", "PMI_JOBID",
+	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+	"SLURM_JOB_ID", "SLURM_STEP_ID",
+}
+
+func setEnv(t *testing.T, vars map[string]string) {
+	t.Helper()
+	for _, k := range launcherVars {
+		t.Setenv(k, "")
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+}
+
+// dupFD returns a descriptor of its own for f's file, to hand to Detect
+// (which closes it).
+func dupFD(t *testing.T, f *os.File) int {
+	t.Helper()
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+func TestDetectListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := dupFD(t, f)
+
+	setEnv(t, map[string]string{"COURIER_RANK": "0", "COURIER_SIZE": "2", "COURIER_JOB_KEY": "k",
+		"COURIER_RENDEZVOUS_FD": strconv.Itoa(fd)})
+	job, err := Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Listener == nil {
+		t.Fatal("Detect gave rank 0 no listener")
+	}
+	defer job.Listener.Close()
+	if got, want := job.Listener.Addr().String(), ln.Addr().String(); got != want {
+		t.Errorf("listener on %s, want %s", got, want)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	a, err := job.Listener.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+}
+
+func TestDetect(t *testing.T) {
+	t.Run("plain", func(t *testing.T) {
+		setEnv(t, map[string]string{"PMI_RANK": "1", "PMI_SIZE": "3", "COURIER_ADDR": "h:1"})
+		job, err := Detect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job.Rank != 1 || job.Size != 3 || job.Launcher != "mpich" || job.Addr != "h:1" || job.Listener != nil {
+			t.Errorf("Detect = %+v", job)
+		}
+	})
+	t.Run("other ranks ignore the fd", func(t *testing.T) {
+		setEnv(t, map[string]string{"COURIER_RANK": "1", "COURIER_SIZE": "2", "COURIER_RENDEZVOUS_FD": "3"})
+		job, err := Detect()
+		if err != nil || job.Listener != nil {
+			t.Errorf("Detect = %+v, %v; want no listener, no error", job, err)
+		}
+	})
+	t.Run("bad env", func(t *testing.T) {
+		setEnv(t, map[string]string{"COURIER_RANK": "1"})
+		if _, err := Detect(); !errors.Is(err, ErrBadEnv) {
+			t.Errorf("Detect error = %v, want ErrBadEnv", err)
+		}
+	})
+
+	file, err := os.CreateTemp(t.TempDir(), "notasocket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	for name, fd := range map[string]string{
+		"not a number":       "three",
+		"negative":           "-3",
+		"not open":           strconv.Itoa(1 << 20),
+		"not a socket":       strconv.Itoa(dupFD(t, file)),
+		"not a listening fd": "",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if fd == "" {
+				c1, c2 := socketPair(t)
+				defer c1.Close()
+				defer c2.Close()
+				f, err := c1.(*net.UnixConn).File()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				fd = strconv.Itoa(dupFD(t, f))
+			}
+			setEnv(t, map[string]string{"COURIER_RANK": "0", "COURIER_SIZE": "2", "COURIER_RENDEZVOUS_FD": fd})
+			job, err := Detect()
+			if err == nil {
+				job.Listener.Close()
+				t.Fatalf("Detect with COURIER_RENDEZVOUS_FD=%s succeeded", fd)
+			}
+			if !errors.Is(err, ErrBadEnv) || !strings.Contains(err.Error(), "COURIER_RENDEZVOUS_FD") {
+				t.Errorf("error %q: want ErrBadEnv naming COURIER_RENDEZVOUS_FD", err)
+			}
+		})
+	}
+}
+
+// socketPair returns two connected Unix sockets.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	return conns[0], conns[1]
+}

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Sentinel first arguments that make the test binary act as something else:
+// the courier command itself, or a rank of a job (see helperMain).
+const (
+	asCourier = "__courier_main__"
+	asRank    = "__courier_rank__"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case asCourier:
+			os.Exit(run(append([]string{"courier"}, os.Args[2:]...), os.Stdout, os.Stderr))
+		case asRank:
+			os.Exit(helperMain(os.Args[2:]))
+		}
+	}
+	// Under -race, a process sleeps 1 s before exiting (GORACE
+	// atexit_sleep_ms); the ranks the tests start need not.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	os.Exit(m.Run())
+}
+
+// helperMain is a rank. Modes:
+//
+//	hello        print "rank R of S, key K chars, args A"
+//	exit R CODE  rank R exits CODE at once; the others sleep for an hour
+//	sleep        sleep for an hour
+//	wait-signal  print "ready", then on SIGINT or SIGTERM print it and exit 0
+func helperMain(args []string) int {
+	rank, size := os.Getenv("COURIER_RANK"), os.Getenv("COURIER_SIZE")
+	switch args[0] {
+	case "hello":
+		fmt.Printf("rank %s of %s, key %d chars, args %q\n", rank, size, len(os.Getenv("COURIER_JOB_KEY")), args[1:])
+		return 0
+	case "exit":
+		if rank == args[1] {
+			var code int
+			fmt.Sscan(args[2], &code)
+			return code
+		}
+		time.Sleep(time.Hour)
+	case "sleep":
+		time.Sleep(time.Hour)
+	case "wait-signal":
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		fmt.Println("ready")
+		fmt.Printf("rank %s got %v\n", rank, <-ch)
+		return 0
+	}
+	return 99
+}
+
+// courier runs the command line in-process.
+func courier(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(append([]string{"courier"}, args...), &o, &e)
+	t.Logf("courier %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, o.String(), e.String())
+	return code, o.String(), e.String()
+}
+
+// rankArgs returns the program and arguments that make every rank run
+// helperMain with mode and args.
+func rankArgs(mode string, args ...string) []string {
+	return append([]string{os.Args[0], asRank, mode}, args...)
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "Usage:"},
+		{[]string{"nosuch"}, `courier: unknown command "nosuch"`},
+		{[]string{"bench"}, `courier: unknown command "bench"`},
+		{[]string{"info"}, `courier: unknown command "info"`},
+		{[]string{"run"}, "courier run: -np N is required"},
+		{[]string{"run", "true"}, "courier run: -np N is required"},
+		{[]string{"run", "-np", "0", "true"}, "courier run: -np N is required"},
+		{[]string{"run", "-np", "-3", "true"}, "courier run: -np N is required"},
+		{[]string{"run", "-n", "abc", "true"}, `invalid value "abc" for flag -n`},
+		{[]string{"run", "-np", "2"}, "courier run: no program to run"},
+		{[]string{"run", "-np", "2", "--"}, "courier run: no program to run"},
+		{[]string{"run", "-np", "2", "-x", "true"}, "flag provided but not defined: -x"},
+		{[]string{"run", "--timeout", "-1s", "-np", "1", "true"}, "courier run: --timeout must not be negative"},
+		{[]string{"run", "--timeout", "soon", "-np", "1", "true"}, `invalid value "soon" for flag -timeout`},
+		{[]string{"help", "nosuch"}, `courier help: unknown command "nosuch"`},
+		{[]string{"version", "extra"}, "usage: courier version"},
+	} {
+		code, stdout, stderr := courier(t, c.args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, c.want) {
+			t.Errorf("courier %q: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr, c.want)
+		}
+		if strings.HasPrefix(strings.Join(c.args, " "), "run") && !strings.Contains(stderr, "usage: courier run -np N") {
+			t.Errorf("courier %q: no usage in %q", c.args, stderr)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"help"}, "\trun      run a program as N ranks"},
+		{[]string{"--help"}, "Usage:"},
+		{[]string{"help", "run"}, "Exit status:"},
+		{[]string{"run", "-h"}, "Exit status:"},
+		{[]string{"help", "version"}, "usage: courier version"},
+		{[]string{"version"}, "courier " + version + " go"},
+		{[]string{"--version"}, "courier " + version},
+	} {
+		code, stdout, stderr := courier(t, c.args...)
+		if code != 0 || !strings.Contains(stdout, c.want) || stderr != "" {
+			t.Errorf("courier %q: exit %d, stdout %q; want exit 0 and %q", c.args, code, stdout, c.want)
+		}
+	}
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	args := append([]string{"run", "-n", "3", "--"}, rankArgs("hello", "-np", "x y")...)
+	code, stdout, stderr := courier(t, args...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for r := range 3 {
+		want := fmt.Sprintf("[%d] rank %d of 3, key 32 chars, args [\"-np\" \"x y\"]\n", r, r)
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q", want)
+		}
+	}
+}
+
+func TestRunNoPrefix(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := courier(t, append([]string{"run", "-np", "2", "--no-prefix"}, rankArgs("hello")...)...)
+	if code != 0 || strings.Contains(stdout, "] rank") || strings.Count(stdout, "\n") != 2 {
+		t.Fatalf("exit %d, stdout %q", code, stdout)
+	}
+}
+
+func TestRunRankFails(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	code, _, stderr := courier(t, append([]string{"run", "-np", "4"}, rankArgs("exit", "2", "3")...)...)
+	if code != 3 {
+		t.Errorf("exit %d, want 3", code)
+	}
+	for _, want := range []string{"courier run: rank 2 failed: exit status 3\n", "courier run: stopped ranks 0, 1, 3\n"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v: the sleeping ranks were not stopped promptly", d)
+	}
+}
+
+func TestRunTimeout(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := courier(t, append([]string{"run", "-np", "2", "--timeout", "200ms"}, rankArgs("sleep")...)...)
+	if code != 124 || !strings.Contains(stderr, "courier run: timed out after 200ms") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestRunNotFound(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := courier(t, "run", "-np", "2", "courier-test-no-such-program")
+	if code != 127 || !strings.Contains(stderr, "courier run: ") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestRunPackage builds ./hello, a package of a module in a temporary
+// directory. It changes directory, so it does not run in parallel.
+func TestRunPackage(t *testing.T) {
+	dir := t.TempDir()
+	pkg := filepath.Join(dir, "hello")
+	os.Mkdir(pkg, 0o755)
+	files := map[string]string{
+		"go.mod": "module example.com/hello\n\ngo 1.26\n",
+		"main.go": `package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() { fmt.Printf("hello %s/%s\n", os.Getenv("COURIER_RANK"), os.Getenv("COURIER_SIZE")) }
+`,
+	}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(pkg, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(dir)
+	code, stdout, _ := courier(t, "run", "-np", "2", "./hello")
+	if code != 0 || !strings.Contains(stdout, "[0] hello 0/2\n") || !strings.Contains(stdout, "[1] hello 1/2\n") {
+		t.Errorf("exit %d, stdout %q", code, stdout)
+	}
+
+	os.WriteFile(filepath.Join(pkg, "main.go"), []byte("package main\n\nfunc main() { nope() }\n"), 0o644)
+	code, _, stderr := courier(t, "run", "-np", "2", "./hello")
+	if code != 1 || !strings.Contains(stderr, "undefined: nope") || !strings.Contains(stderr, "courier run: go build ./hello: exit status 1") {
+		t.Errorf("broken package: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestSignalForwarded runs courier as a process, sends it a real signal,
+// and checks that every rank received it.
+func TestSignalForwarded(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], append([]string{asCourier, "run", "-np", "3"}, rankArgs("wait-signal")...)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			timer := time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
+			defer timer.Stop()
+			var lines []string
+			sc := bufio.NewScanner(out)
+			for ready := 0; ready < 3 && sc.Scan(); {
+				lines = append(lines, sc.Text())
+				if strings.HasSuffix(sc.Text(), "] ready") {
+					ready++
+				}
+			}
+			cmd.Process.Signal(sig)
+			for sc.Scan() {
+				lines = append(lines, sc.Text())
+			}
+			err = cmd.Wait()
+			t.Logf("lines %q, stderr %q, err %v", lines, stderr.String(), err)
+			if err != nil {
+				t.Errorf("courier: %v, want exit 0 after every rank handled %v", err, sig)
+			}
+			for r := range 3 {
+				want := fmt.Sprintf("[%d] rank %d got %v", r, r, sig)
+				if !strings.Contains(strings.Join(lines, "\n"), want) {
+					t.Errorf("missing %q", want)
+				}
+			}
+		})
+	}
+}

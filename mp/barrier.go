@@ -1,0 +1,43 @@
+package mp
+
+// collTag is the tag of the library's own messages (collectives built on
+// point-to-point). User tags are non-negative and AnyTag matches only those,
+// so the two never mix.
+const collTag = -2
+
+// Barrier returns when every rank of the communicator has called it. It
+// uses the backend's point-to-point operations (a dissemination barrier:
+// ⌈log2 Size⌉ rounds of one send and one receive per rank).
+func Barrier(c *Comm) error {
+	if c == nil {
+		return invalidf("nil *Comm")
+	}
+	var token, got [1]uint8
+	for dist := 1; dist < c.size; dist *= 2 {
+		to := (c.rank + dist) % c.size
+		from := (c.rank - dist + c.size) % c.size
+		// The send goes first: a token is one byte, sent eagerly, so it never
+		// waits for the receive, and a failed send leaves nothing posted.
+		sr, err := c.conn.Isend(describe(token[:]), to, collTag, callerPC())
+		if err != nil {
+			return c.opErr("barrier", to, -1, err)
+		}
+		rr, err := c.conn.Irecv(describe(got[:]), from, collTag, callerPC())
+		if err != nil {
+			c.wait(sr)
+			sr.Release()
+			return c.opErr("barrier", from, -1, err)
+		}
+		_, serr := c.wait(sr)
+		sr.Release()
+		_, rerr := c.wait(rr)
+		rr.Release()
+		if serr != nil {
+			return c.opErr("barrier", to, -1, serr)
+		}
+		if rerr != nil {
+			return c.opErr("barrier", from, -1, rerr)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package mp
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// The sentinel errors. Every error the message calls return wraps one of
+// them (inside an *OpError), so callers branch with errors.Is:
+//
+//	if errors.Is(err, mp.ErrPeerLost) { … }
+//
+// They are the same values as the backend package's, whichever transport
+// produced the error.
+var (
+	// ErrNotSupported: the backend or operation cannot work here; the
+	// wrapped error says why (a missing library, a wildcard NCCL cannot
+	// match, no GPU).
+	ErrNotSupported = backend.ErrNotSupported
+	// ErrTruncate: the message is larger than the receive buffer.
+	ErrTruncate = backend.ErrTruncate
+	// ErrMismatch: sender and receiver disagree on element type, count or
+	// tag; the error names both ranks.
+	ErrMismatch = backend.ErrMismatch
+	// ErrClosed: the communicator was closed.
+	ErrClosed = backend.ErrClosed
+	// ErrTimeout: a wait lasted longer than the communicator's timeout
+	// (COURIER_TIMEOUT). The communicator is aborted; the error lists the
+	// operations that were pending on this rank.
+	ErrTimeout = backend.ErrTimeout
+	// ErrPeerLost: the peer's process or connection went away.
+	ErrPeerLost = backend.ErrPeerLost
+	// ErrAborted: the communicator was aborted with Comm.Abort; the error
+	// given to Abort is wrapped too.
+	ErrAborted = backend.ErrAborted
+	// ErrInvalid: an argument is out of range: a rank outside the
+	// communicator, a negative tag, a nil communicator.
+	ErrInvalid = backend.ErrInvalid
+)
+
+// OpError is the error of a message call: which operation, on which rank,
+// with which peer and tag, on which backend, and why (Err, which matches
+// one of the sentinels).
+type OpError struct {
+	Op      string // "send", "recv", "wait", "init", …
+	Rank    int    // this process's rank (-1 before Init knows it)
+	Peer    int    // the other rank (AnySource for a wildcard receive, -1 when none)
+	Tag     int    // the message tag (-1 when none)
+	Backend string // "tcp", "nccl"
+	Err     error
+}
+
+func (e *OpError) Error() string {
+	s := "courier: " + e.Op
+	if e.Backend != "" {
+		s += " (" + e.Backend + ")"
+	}
+	if e.Rank >= 0 {
+		s += " on rank " + strconv.Itoa(e.Rank)
+	}
+	switch {
+	case e.Peer == AnySource && e.Op != "init":
+		s += " from any source"
+	case e.Peer >= 0 && e.Op == "send":
+		s += " to rank " + strconv.Itoa(e.Peer)
+	case e.Peer >= 0:
+		s += " with rank " + strconv.Itoa(e.Peer)
+	}
+	switch {
+	case e.Tag == AnyTag && e.Op == "recv":
+		s += ", any tag"
+	case e.Tag >= 0:
+		s += ", tag " + strconv.Itoa(e.Tag)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+func (c *Comm) opErr(op string, peer, tag int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &OpError{Op: op, Rank: c.rank, Peer: peer, Tag: tag, Backend: c.backendName, Err: err}
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}

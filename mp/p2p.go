@@ -1,0 +1,150 @@
+package mp
+
+import (
+	"errors"
+	"runtime"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Send sends buf to rank dest with tag and returns when buf may be reused.
+// It blocks the calling goroutine (not the process), at most until the
+// communicator's timeout. Sending to one's own rank works; the matching
+// Recv may be posted before or after.
+//
+// On the TCP backend a small message is buffered by the receiver and Send
+// returns once it is written; a large one waits for the matching receive.
+// Code that relies on Send returning before the receive is posted is not
+// valid MPI: use Isend for that.
+func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
+	if err := c.checkPeer(dest, tag, false); err != nil {
+		return c.opErr("send", dest, tag, err)
+	}
+	r, err := c.conn.Isend(describe(buf), dest, tag, callerPC())
+	if err != nil {
+		return c.opErr("send", dest, tag, err)
+	}
+	_, err = c.wait(r)
+	r.Release()
+	return c.opErr("send", dest, tag, err)
+}
+
+// Recv receives a message from rank source (or AnySource) with tag (or
+// AnyTag) into buf, and returns when buf holds it. A message larger than
+// buf is an error matching ErrTruncate. Status says who sent it, with which
+// tag, and how many elements it filled.
+func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
+	if err := c.checkPeer(source, tag, true); err != nil {
+		return Status{}, c.opErr("recv", source, tag, err)
+	}
+	r, err := c.conn.Irecv(describe(buf), source, tag, callerPC())
+	if err != nil {
+		return Status{}, c.opErr("recv", source, tag, err)
+	}
+	st, err := c.wait(r)
+	r.Release()
+	return st, c.opErr("recv", source, tag, err)
+}
+
+// Isend starts sending buf to rank dest with tag and returns at once. buf
+// must not be modified until the request completes (Wait, Test, WaitAll,
+// …). An error (a bad rank, a closed communicator) is reported by the
+// request, never lost.
+func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
+	req := &Request{c: c, op: "send", peer: dest, tag: tag}
+	if err := c.checkPeer(dest, tag, false); err != nil {
+		req.fail(err)
+		return req
+	}
+	r, err := c.conn.Isend(describe(buf), dest, tag, callerPC())
+	if err != nil {
+		req.fail(err)
+		return req
+	}
+	req.r = r
+	return req
+}
+
+// Irecv starts receiving into buf from rank source (or AnySource) with tag
+// (or AnyTag) and returns at once. buf must not be read or modified until
+// the request completes.
+func Irecv[B Buffer](c *Comm, buf B, source, tag int) *Request {
+	req := &Request{c: c, op: "recv", peer: source, tag: tag}
+	if err := c.checkPeer(source, tag, true); err != nil {
+		req.fail(err)
+		return req
+	}
+	r, err := c.conn.Irecv(describe(buf), source, tag, callerPC())
+	if err != nil {
+		req.fail(err)
+		return req
+	}
+	req.r = r
+	return req
+}
+
+// Sendrecv sends send to dest and receives recv from source at the same
+// time, and returns when both are done: the exchange of a ring shift or a
+// halo swap, which never deadlocks however the peers order their calls.
+// The status is the receive's.
+func Sendrecv[S, R Buffer](c *Comm, send S, dest, sendTag int, recv R, source, recvTag int) (Status, error) {
+	if err := c.checkPeer(source, recvTag, true); err != nil {
+		return Status{}, c.opErr("recv", source, recvTag, err)
+	}
+	if err := c.checkPeer(dest, sendTag, false); err != nil {
+		return Status{}, c.opErr("send", dest, sendTag, err)
+	}
+	pc := callerPC()
+	rr, err := c.conn.Irecv(describe(recv), source, recvTag, pc)
+	if err != nil {
+		return Status{}, c.opErr("recv", source, recvTag, err)
+	}
+	sr, serr := c.conn.Isend(describe(send), dest, sendTag, pc)
+	if serr == nil {
+		_, serr = c.wait(sr)
+		sr.Release()
+	}
+	st, rerr := c.wait(rr)
+	rr.Release()
+	return st, errors.Join(c.opErr("send", dest, sendTag, serr), c.opErr("recv", source, recvTag, rerr))
+}
+
+// checkPeer validates a rank and tag before they reach the transport.
+func (c *Comm) checkPeer(peer, tag int, recv bool) error {
+	if c == nil {
+		return invalidf("nil *Comm")
+	}
+	if peer < 0 || peer >= c.size {
+		if !(recv && peer == AnySource) {
+			return invalidf("rank %d is not in [0, %d)", peer, c.size)
+		}
+	}
+	if tag < 0 && !(recv && tag == AnyTag) {
+		return invalidf("tag %d: tags are in [0, %d]", tag, MaxTag)
+	}
+	return nil
+}
+
+// wait completes a transport request, bounded by the communicator's
+// timeout. When the bound passes, the communicator is aborted with a report
+// of what was pending, and the request ends with that error.
+func (c *Comm) wait(r backend.Request) (Status, error) {
+	st, err := r.Wait(c.timeout)
+	if err != nil && c.timeout > 0 && errors.Is(err, ErrTimeout) {
+		if done, _, _ := r.Test(); !done {
+			c.conn.Abort(c.timeoutError())
+		}
+		st, err = r.Wait(0)
+	}
+	return st, err
+}
+
+// callerPC returns the program counter of the user's call into mp, for the
+// report of pending operations. It costs one short stack walk.
+func callerPC() uintptr {
+	var pcs [1]uintptr
+	if runtime.Callers(3, pcs[:]) == 0 {
+		return 0
+	}
+	return pcs[0]
+}

@@ -1,0 +1,275 @@
+package mp
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Request is a pending non-blocking operation, returned by Isend and
+// Irecv. Wait, Test, WaitAll, WaitAny and TestAll complete it; until one of
+// them reports completion, the operation's buffer belongs to the library.
+//
+// A Request is safe for concurrent use. Once its completion has been
+// reported, Wait and Test keep returning the same status and error, and the
+// request counts as inactive for WaitAny.
+type Request struct {
+	c    *Comm
+	op   string
+	peer int
+	tag  int
+
+	mu       sync.Mutex
+	r        backend.Request // nil once released
+	users    int             // goroutines inside r's methods
+	done     bool
+	reported bool // completion returned to the caller
+	st       Status
+	err      error
+}
+
+// fail completes a request that never reached the transport.
+func (q *Request) fail(err error) {
+	q.done = true
+	q.err = q.c.opErr(q.op, q.peer, q.tag, err)
+}
+
+// acquire returns the transport request for use, or nil when the request
+// has completed.
+func (q *Request) acquire() backend.Request {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.done {
+		return nil
+	}
+	q.users++
+	return q.r
+}
+
+// settle ends a use of the transport request; completed says the use
+// observed completion with st and err. The transport request is released
+// once it has completed and nobody is using it.
+func (q *Request) settle(completed bool, st Status, err error) {
+	q.mu.Lock()
+	q.users--
+	if completed && !q.done {
+		q.done = true
+		q.st = st
+		q.err = q.c.opErr(q.op, q.peer, q.tag, err)
+	}
+	var rel backend.Request
+	if q.done && q.users == 0 && q.r != nil {
+		rel, q.r = q.r, nil
+	}
+	q.mu.Unlock()
+	if rel != nil {
+		rel.Release()
+	}
+}
+
+func (q *Request) result() (Status, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.reported = true
+	return q.st, q.err
+}
+
+// Wait blocks the calling goroutine until the operation completes and
+// returns its status. It is bounded by the communicator's timeout. After
+// Wait returns, the buffer may be reused.
+func (q *Request) Wait() (Status, error) {
+	if q == nil {
+		return Status{}, invalidf("nil *Request")
+	}
+	if r := q.acquire(); r != nil {
+		st, err := q.c.wait(r)
+		q.settle(true, st, err)
+	}
+	return q.result()
+}
+
+// Test reports, without blocking, whether the operation has completed; if
+// it has, it returns the status and error as Wait would.
+func (q *Request) Test() (done bool, st Status, err error) {
+	if q == nil {
+		return true, Status{}, invalidf("nil *Request")
+	}
+	if r := q.acquire(); r != nil {
+		done, st, err := r.Test()
+		q.settle(done, st, err)
+		if !done {
+			return false, Status{}, nil
+		}
+	}
+	st, err = q.result()
+	return true, st, err
+}
+
+// closedChan is returned by Done for completed requests.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done returns a channel that is closed when the operation completes, so a
+// caller can select on it beside ctx.Done(). Completion is still collected
+// with Wait or Test.
+func (q *Request) Done() <-chan struct{} {
+	if q == nil {
+		return closedChan
+	}
+	r := q.acquire()
+	if r == nil {
+		return closedChan
+	}
+	ch := r.Done()
+	q.settle(false, Status{}, nil)
+	return ch
+}
+
+// active reports whether the request's completion is yet to be reported.
+func (q *Request) active() bool {
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.reported
+}
+
+// WaitAll waits for every request and returns the errors of those that
+// failed, joined (errors.Is finds each sentinel); nil requests are skipped.
+// Each request's status stays available from its Wait.
+func WaitAll(reqs ...*Request) error {
+	var errs []error
+	for _, q := range reqs {
+		if q == nil {
+			continue
+		}
+		if _, err := q.Wait(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TestAll reports whether every request has completed, without blocking.
+// When all have, it returns their errors joined, as WaitAll.
+func TestAll(reqs ...*Request) (bool, error) {
+	all := true
+	for _, q := range reqs {
+		if q == nil {
+			continue
+		}
+		if done, _, _ := q.Test(); !done {
+			all = false
+		}
+	}
+	if !all {
+		return false, nil
+	}
+	return true, WaitAll(reqs...)
+}
+
+// WaitAny blocks until one of the active requests completes and returns
+// its index, status and error. A request is active until its completion
+// has been reported (by Wait, Test, WaitAny or TestAll); nil and inactive
+// requests are skipped, so calling WaitAny repeatedly on the same list
+// yields each request once. With no active request it returns -1 and no
+// error at once.
+func WaitAny(reqs ...*Request) (int, Status, error) {
+	var timeout time.Duration
+	for spin := 0; ; spin++ {
+		anyActive := false
+		for i, q := range reqs {
+			if !q.active() {
+				continue
+			}
+			anyActive = true
+			if timeout == 0 || q.c.timeout < timeout {
+				timeout = q.c.timeout
+			}
+			if done, st, err := q.Test(); done {
+				return i, st, err
+			}
+		}
+		if !anyActive {
+			return -1, Status{}, nil
+		}
+		if spin < 64 {
+			runtime.Gosched()
+			continue
+		}
+		if i, ok := waitAnyBlocking(reqs, timeout); !ok {
+			// Timed out: abort the communicator of the first active request
+			// with the report; the request then ends with ErrTimeout.
+			c := reqs[i].c
+			c.conn.Abort(c.timeoutError())
+			st, err := reqs[i].Wait()
+			return i, st, err
+		}
+	}
+}
+
+// waitAnyBlocking blocks until one active request's Done channel closes;
+// on timeout it returns (index of an active request, false).
+func waitAnyBlocking(reqs []*Request, timeout time.Duration) (int, bool) {
+	cases := make([]reflect.SelectCase, 0, len(reqs)+1)
+	index := make([]int, 0, len(reqs))
+	for i, q := range reqs {
+		if q.active() {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q.Done())})
+			index = append(index, i)
+		}
+	}
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
+	}
+	chosen, _, _ := reflect.Select(cases)
+	if chosen == len(index) {
+		return index[0], false
+	}
+	return index[chosen], true
+}
+
+// timeoutError describes this rank's pending operations for the error that
+// aborts a communicator whose wait timed out.
+func (c *Comm) timeoutError() error {
+	pending := c.conn.Pending()
+	var b strings.Builder
+	fmt.Fprintf(&b, "a wait on rank %d passed the timeout of %v; %d operation(s) pending on rank %d:",
+		c.rank, c.timeout, len(pending), c.rank)
+	for _, p := range pending {
+		b.WriteString("\n\t")
+		b.WriteString(describeOp(c.rank, p))
+	}
+	return fmt.Errorf("%w: %s", ErrTimeout, b.String())
+}
+
+func describeOp(rank int, p backend.OpInfo) string {
+	peer := fmt.Sprint(p.Peer)
+	if p.Peer == AnySource {
+		peer = "any"
+	}
+	tag := fmt.Sprint(p.Tag)
+	if p.Tag == AnyTag {
+		tag = "any"
+	}
+	dir := "to"
+	if p.Op == "recv" {
+		dir = "from"
+	}
+	s := fmt.Sprintf("%s %s rank %s, tag %s, %d × %v", p.Op, dir, peer, tag, p.Count, p.Type)
+	if p.Caller != 0 {
+		if f := runtime.FuncForPC(p.Caller - 1); f != nil {
+			file, line := f.FileLine(p.Caller - 1)
+			s += fmt.Sprintf(" (called at %s:%d in %s)", file, line, f.Name())
+		}
+	}
+	return s
+}

@@ -1,0 +1,101 @@
+package mp
+
+import (
+	"reflect"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Float16 is an IEEE 754 half-precision number, stored as its bits.
+type Float16 uint16
+
+// BFloat16 is a bfloat16 number (the top 16 bits of a float32), stored as
+// its bits.
+type BFloat16 uint16
+
+// Buffer is the set of buffer types the message calls accept: a slice of any
+// Go integer, float or complex type, or of Float16 or BFloat16, including
+// named slice types. The element type and count come from the buffer, so
+// there is no datatype argument and no per-type function name. An empty or
+// nil slice is a valid buffer of zero elements.
+type Buffer interface {
+	~[]int8 | ~[]uint8 | ~[]int16 | ~[]uint16 | ~[]int32 | ~[]uint32 |
+		~[]int64 | ~[]uint64 | ~[]int | ~[]uint | ~[]uintptr |
+		~[]float32 | ~[]float64 | ~[]complex64 | ~[]complex128 |
+		~[]Float16 | ~[]BFloat16
+}
+
+// elemTypes maps each element type the Buffer constraint admits to its
+// element code.
+var elemTypes = map[reflect.Type]backend.DType{
+	reflect.TypeFor[int8]():       backend.Int8,
+	reflect.TypeFor[uint8]():      backend.Uint8,
+	reflect.TypeFor[int16]():      backend.Int16,
+	reflect.TypeFor[uint16]():     backend.Uint16,
+	reflect.TypeFor[int32]():      backend.Int32,
+	reflect.TypeFor[uint32]():     backend.Uint32,
+	reflect.TypeFor[int64]():      backend.Int64,
+	reflect.TypeFor[uint64]():     backend.Uint64,
+	reflect.TypeFor[int]():        intCode(unsafe.Sizeof(int(0)), true),
+	reflect.TypeFor[uint]():       intCode(unsafe.Sizeof(uint(0)), false),
+	reflect.TypeFor[uintptr]():    intCode(unsafe.Sizeof(uintptr(0)), false),
+	reflect.TypeFor[float32]():    backend.Float32,
+	reflect.TypeFor[float64]():    backend.Float64,
+	reflect.TypeFor[complex64]():  backend.Complex64,
+	reflect.TypeFor[complex128](): backend.Complex128,
+	reflect.TypeFor[Float16]():    backend.Float16,
+	reflect.TypeFor[BFloat16]():   backend.BFloat16,
+}
+
+func intCode(size uintptr, signed bool) backend.DType {
+	switch {
+	case size == 8 && signed:
+		return backend.Int64
+	case size == 8:
+		return backend.Uint64
+	case signed:
+		return backend.Int32
+	default:
+		return backend.Uint32
+	}
+}
+
+// sliceHeader is the layout of every slice type.
+type sliceHeader struct {
+	data unsafe.Pointer
+	len  int
+	cap  int
+}
+
+// describe turns a buffer into the transport's descriptor. It does not
+// allocate.
+func describe[B Buffer](buf B) backend.Buffer {
+	t := reflect.TypeFor[B]()
+	h := (*sliceHeader)(unsafe.Pointer(&buf))
+	d := dtypeOf(t.Elem())
+	if h.len == 0 {
+		return backend.Buffer{Type: d, Mem: backend.Host}
+	}
+	return backend.Buffer{Ptr: h.data, Count: int64(h.len), Type: d, Mem: backend.Host}
+}
+
+// dtypeOf returns the element code of one of the admitted element types.
+func dtypeOf(t reflect.Type) backend.DType {
+	// The common types first, without the map.
+	switch t {
+	case tFloat32:
+		return backend.Float32
+	case tFloat64:
+		return backend.Float64
+	case tUint8:
+		return backend.Uint8
+	}
+	return elemTypes[t]
+}
+
+var (
+	tFloat32 = reflect.TypeFor[float32]()
+	tFloat64 = reflect.TypeFor[float64]()
+	tUint8   = reflect.TypeFor[uint8]()
+)
