@@ -39,7 +39,7 @@ const (
 	maxRanks = 1 << 20
 	// lingerTimeout bounds how long rank 0 waits for a peer to take an
 	// error frame before it closes the connection.
-	lingerTimeout = time.Second
+	lingerTimeout = 250 * time.Millisecond
 )
 
 // aLongTimeAgo is a deadline in the past: setting it makes pending I/O on
@@ -81,10 +81,19 @@ func Connect(ctx context.Context, job Job) (Exchanger, error) {
 	case job.Addr == "" && job.Listener == nil:
 		return nil, noRendezvous(job)
 	case job.Rank == 0:
-		return serve(ctx, job, key)
+		return exchanger(serve(ctx, job, key))
 	default:
-		return join(ctx, job, key)
+		return exchanger(join(ctx, job, key))
 	}
+}
+
+// exchanger returns e as an Exchanger, or a nil one on error (not an
+// interface holding a nil pointer).
+func exchanger[E Exchanger](e E, err error) (Exchanger, error) {
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // check refuses a Job that FromEnv would not return.

@@ -199,11 +199,9 @@ func (p *peer) pop() (job, bool) {
 		return job{}, false
 	}
 	j := p.queue[0]
-	p.queue[0] = job{}
-	p.queue = p.queue[1:]
-	if len(p.queue) == 0 {
-		p.queue = p.queue[:0:0]
-	}
+	n := copy(p.queue, p.queue[1:])
+	p.queue[n] = job{}
+	p.queue = p.queue[:n]
 	return j, true
 }
 

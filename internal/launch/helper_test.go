@@ -1,3 +1,5 @@
+//go:build unix
+
 package launch
 
 import (
@@ -6,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,8 +34,6 @@ func TestMain(m *testing.M) {
 func helperCmd(mode string, args ...string) (string, []string) {
 	return os.Args[0], append([]string{helperArg, mode}, args...)
 }
-
-var hexKey = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // helperMain is a rank. Modes:
 //

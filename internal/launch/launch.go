@@ -217,8 +217,11 @@ func (j *job) build(ctx context.Context) (string, func(), *Result) {
 	)
 	wg.Go(func() {
 		select {
-		case sig = <-j.cfg.Signals:
-			cancel()
+		case s, ok := <-j.cfg.Signals:
+			if ok {
+				sig = s
+				cancel()
+			}
 		case <-done:
 		}
 	})
@@ -325,6 +328,7 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 		graceC   <-chan time.Time
 		timeoutC <-chan time.Time
 		done     = ctx.Done()
+		sigs     = j.cfg.Signals
 	)
 	signalAll := func(sig os.Signal) {
 		for _, r := range ranks {
@@ -376,7 +380,11 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 			res.Outcome, res.Failed, res.Err = Failed, e.rank, e.err
 			res.ExitCode = exitCode(e.err)
 			stop()
-		case sig := <-j.cfg.Signals:
+		case sig, ok := <-sigs:
+			if !ok {
+				sigs = nil // closed: no more signals
+				continue
+			}
 			if ended || stopping || killed {
 				kill()
 				continue

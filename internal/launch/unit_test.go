@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -100,6 +101,8 @@ func TestChildEnv(t *testing.T) {
 		t.Errorf("rank 0 env ends %q", got0[len(got0)-1])
 	}
 }
+
+var hexKey = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 func TestNewJobKey(t *testing.T) {
 	t.Parallel()

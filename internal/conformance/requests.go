@@ -1,0 +1,381 @@
+package conformance
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-mp/courier/mp"
+)
+
+// requestCases: non-blocking operations and the ways to complete them.
+func requestCases() []Case {
+	return []Case{
+		{Name: "Requests/Many", MinRanks: 2, Run: requestsMany},
+		{Name: "Requests/WaitAny", MinRanks: 2, Run: requestsWaitAny},
+		{Name: "Requests/TestAll", MinRanks: 2, Run: requestsTestAll},
+		{Name: "Requests/TestPoll", MinRanks: 2, Run: requestsTestPoll},
+		{Name: "Requests/Done", MinRanks: 2, Run: requestsDone},
+		{Name: "Requests/WaitTwice", MinRanks: 2, Run: requestsWaitTwice},
+		{Name: "Requests/WaitAllErrors", MinRanks: 2, Run: requestsWaitAllErrors},
+		{Name: "Requests/ConcurrentWait", MinRanks: 2, Run: requestsConcurrentWait},
+		{Name: "Requests/NoRequests", MinRanks: 1, Run: requestsNone},
+	}
+}
+
+// requestsMany: each of two ranks posts 1000 receives and then 1000 sends
+// to the other (over 10 tags, a few of them large), and completes all 2000
+// with one WaitAll.
+func requestsMany(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	const n = 1000
+	size := func(i int) int {
+		if i%250 == 99 {
+			return 1 << 14 // 128 KiB
+		}
+		return 2
+	}
+	seed := func(from, i int) uint64 { return uint64(from*n + i) }
+	reqs := make([]*mp.Request, 0, 2*n)
+	got := make([][]uint64, n)
+	for i := range n {
+		got[i] = make([]uint64, size(i))
+		reqs = append(reqs, mp.Irecv(c, got[i], peer, i%10))
+	}
+	for i := range n {
+		reqs = append(reqs, mp.Isend(c, words(size(i), seed(c.Rank(), i)), peer, i%10))
+	}
+	require.NoError(t, mp.WaitAll(reqs...))
+	for i := range n {
+		st, err := reqs[i].Wait()
+		require.NoError(t, err)
+		require.Equal(t, mp.Status{Source: peer, Tag: i % 10, Count: int64(size(i))}, st, "receive %d", i)
+		if !checkWords(t, fmt.Sprintf("receive %d", i), got[i], seed(peer, i)) {
+			return
+		}
+	}
+}
+
+// requestsWaitAny: WaitAny yields each request exactly once (nil entries
+// skipped), with its status, and then -1.
+func requestsWaitAny(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	const k = 8
+	order := []int{5, 2, 7, 0, 3, 6, 1, 4} // the sender's order of tags
+	if c.Rank() == 0 {
+		if !heard(t, c, peer) {
+			return
+		}
+		reqs := make([]*mp.Request, k+1) // reqs[k] stays nil
+		for i, tag := range order {
+			reqs[i] = mp.Isend(c, []int32{int32(tag)}, peer, tag)
+		}
+		waitAnyAll(t, reqs, k, func(i int, st mp.Status) {
+			assert.Equal(t, mp.Status{Source: c.Rank(), Tag: order[i], Count: 1}, st, "send %d", i)
+		})
+		return
+	}
+	reqs := make([]*mp.Request, k+1)
+	bufs := make([][]int32, k)
+	for tag := range k {
+		bufs[tag] = []int32{-1}
+		reqs[tag+1] = mp.Irecv(c, bufs[tag], peer, tag) // reqs[0] stays nil
+	}
+	tell(t, c, true, peer)
+	waitAnyAll(t, reqs, k, func(i int, st mp.Status) {
+		tag := i - 1
+		assert.Equal(t, mp.Status{Source: peer, Tag: tag, Count: 1}, st, "receive %d", i)
+		assert.Equal(t, []int32{int32(tag)}, bufs[tag], "receive %d", i)
+	})
+}
+
+// waitAnyAll calls WaitAny until it returns -1, expecting k completions,
+// each request once.
+func waitAnyAll(t T, reqs []*mp.Request, k int, check func(i int, st mp.Status)) {
+	t.Helper()
+	seen := make([]bool, len(reqs))
+	for range k {
+		i, st, err := mp.WaitAny(reqs...)
+		require.NoError(t, err)
+		require.True(t, i >= 0 && i < len(reqs), "WaitAny returned %d with active requests left", i)
+		require.NotNil(t, reqs[i], "WaitAny returned the index %d of a nil request", i)
+		require.False(t, seen[i], "WaitAny returned request %d twice", i)
+		seen[i] = true
+		check(i, st)
+	}
+	i, st, err := mp.WaitAny(reqs...)
+	assert.Equal(t, -1, i, "WaitAny after every request was reported")
+	assert.NoError(t, err)
+	assert.Equal(t, mp.Status{}, st)
+}
+
+// requestsTestAll: TestAll is false while a message cannot have been sent
+// (the sender waits on a Barrier the receiver has not reached), and true,
+// without error, once everything arrived.
+func requestsTestAll(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		require.NoError(t, mp.Barrier(c))
+		return
+	}
+	if c.Rank() == 0 {
+		require.NoError(t, mp.Barrier(c))
+		require.NoError(t, mp.Send(c, []uint8{1, 2, 3}, peer, 1))
+		require.NoError(t, mp.Send(c, words(1<<17, 5), peer, 2))
+		return
+	}
+	small, big := make([]uint8, 3), make([]uint64, 1<<17)
+	reqs := []*mp.Request{mp.Irecv(c, small, peer, 1), nil, mp.Irecv(c, big, peer, 2)}
+	done, err := mp.TestAll(reqs...)
+	require.NoError(t, err)
+	require.False(t, done, "TestAll before anything was sent")
+	require.NoError(t, mp.Barrier(c))
+	deadline := time.Now().Add(pollLimit)
+	for !done && time.Now().Before(deadline) {
+		done, err = mp.TestAll(reqs...)
+		time.Sleep(time.Millisecond)
+	}
+	require.True(t, done, "TestAll still false after %v", pollLimit)
+	require.NoError(t, err)
+	assert.Equal(t, []uint8{1, 2, 3}, small)
+	checkWords(t, "large message", big, 5)
+	done, err = mp.TestAll(reqs...)
+	assert.True(t, done, "TestAll again")
+	assert.NoError(t, err)
+}
+
+// requestsTestPoll: a receive polled with Test completes once the message
+// comes, and Test keeps reporting the same completion.
+func requestsTestPoll(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	for i, n := range []int{4, 1 << 17} {
+		if c.Rank() == 0 {
+			time.Sleep(20 * time.Millisecond)
+			require.NoError(t, mp.Send(c, words(n, 3), peer, i))
+			continue
+		}
+		got := make([]uint64, n)
+		q := mp.Irecv(c, got, peer, i)
+		var (
+			done  bool
+			st    mp.Status
+			err   error
+			polls int
+		)
+		for deadline := time.Now().Add(pollLimit); !done && time.Now().Before(deadline); polls++ {
+			done, st, err = q.Test()
+			if !done {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		require.True(t, done, "Test still false after %v", pollLimit)
+		require.NoError(t, err)
+		assert.Equal(t, mp.Status{Source: peer, Tag: i, Count: int64(n)}, st)
+		assert.Greater(t, polls, 1, "the first Test reported a message sent 20 ms later")
+		checkWords(t, "polled receive", got, 3)
+		done2, st2, err2 := q.Test()
+		assert.True(t, done2)
+		assert.Equal(t, st, st2)
+		assert.NoError(t, err2)
+	}
+}
+
+// requestsDone: Done's channel closes when the operation completes, and a
+// select on it beside a timer works; the request's result is then ready.
+func requestsDone(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	for i, n := range []int{4, 1 << 17} {
+		if c.Rank() == 0 {
+			time.Sleep(20 * time.Millisecond)
+			q := mp.Isend(c, words(n, 4), peer, i)
+			require.True(t, waitDone(q.Done()), "send's Done not closed after %v", pollLimit)
+			_, err := q.Wait()
+			require.NoError(t, err)
+			continue
+		}
+		got := make([]uint64, n)
+		q := mp.Irecv(c, got, peer, i)
+		select {
+		case <-q.Done():
+			t.Errorf("Done closed before the message was sent")
+		default:
+		}
+		require.True(t, waitDone(q.Done()), "receive's Done not closed after %v", pollLimit)
+		done, st, err := q.Test()
+		require.True(t, done, "Test after Done closed")
+		require.NoError(t, err)
+		assert.Equal(t, mp.Status{Source: peer, Tag: i, Count: int64(n)}, st)
+		checkWords(t, "received", got, 4)
+		require.True(t, waitDone(q.Done()), "Done after completion was reported")
+	}
+}
+
+// requestsWaitTwice: after completion, Wait and Test keep returning the
+// same status and error, for success and for failure.
+func requestsWaitTwice(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	if c.Rank() == 0 {
+		require.NoError(t, mp.Send(c, []int64{1, 2}, peer, 1))
+		if err := mp.Send(c, []int64{1, 2, 3}, peer, 2); err != nil {
+			isErr(t, err, mp.ErrTruncate, "sender of the truncated message")
+		}
+		return
+	}
+	good := mp.Irecv(c, make([]int64, 2), peer, 1)
+	bad := mp.Irecv(c, make([]int64, 2), peer, 2)
+	st1, err1 := good.Wait()
+	require.NoError(t, err1)
+	st2, err2 := good.Wait()
+	assert.NoError(t, err2, "second Wait")
+	assert.Equal(t, st1, st2, "second Wait")
+	done, st3, err3 := good.Test()
+	assert.True(t, done, "Test after Wait")
+	assert.Equal(t, st1, st3, "Test after Wait")
+	assert.NoError(t, err3, "Test after Wait")
+
+	_, err1 = bad.Wait()
+	isErr(t, err1, mp.ErrTruncate, "truncated receive")
+	_, err2 = bad.Wait()
+	isErr(t, err2, mp.ErrTruncate, "second Wait of the truncated receive")
+	done, _, err3 = bad.Test()
+	assert.True(t, done)
+	isErr(t, err3, mp.ErrTruncate, "Test after Wait of the truncated receive")
+}
+
+// requestsWaitAllErrors: WaitAll completes every request even when some
+// fail, and its error matches each failure's sentinel.
+func requestsWaitAllErrors(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	if c.Rank() == 0 {
+		require.NoError(t, mp.Send(c, []int32{1}, peer, 1))
+		if err := mp.Send(c, []int32{1, 2, 3}, peer, 2); err != nil {
+			isErr(t, err, mp.ErrTruncate, "sender of the truncated message")
+		}
+		require.NoError(t, mp.Send(c, []int32{3}, peer, 3))
+		return
+	}
+	a, b, d := []int32{0}, []int32{0}, []int32{0}
+	reqs := []*mp.Request{
+		mp.Irecv(c, a, peer, 1),
+		mp.Irecv(c, b, peer, 2),
+		mp.Isend(c, []int32{0}, c.Size(), 1), // invalid rank
+		mp.Irecv(c, d, peer, 3),
+	}
+	err := mp.WaitAll(reqs...)
+	isErr(t, err, mp.ErrTruncate, "WaitAll with a truncated receive")
+	isErr(t, err, mp.ErrInvalid, "WaitAll with an invalid send")
+	_, err = reqs[0].Wait()
+	assert.NoError(t, err)
+	assert.Equal(t, []int32{1}, a)
+	_, err = reqs[3].Wait()
+	assert.NoError(t, err)
+	assert.Equal(t, []int32{3}, d)
+}
+
+// requestsConcurrentWait: a Request is safe for concurrent use: several
+// goroutines wait on, test and select on one receive at once and all see
+// the same completion.
+func requestsConcurrentWait(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	for i, n := range []int{4, 1 << 17} {
+		if c.Rank() == 0 {
+			time.Sleep(20 * time.Millisecond)
+			require.NoError(t, mp.Send(c, words(n, 6), peer, i))
+			continue
+		}
+		got := make([]uint64, n)
+		q := mp.Irecv(c, got, peer, i)
+		want := mp.Status{Source: peer, Tag: i, Count: int64(n)}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				st, err := q.Wait()
+				assert.NoError(t, err, "waiter %d", g)
+				assert.Equal(t, want, st, "waiter %d", g)
+			})
+		}
+		wg.Go(func() {
+			deadline := time.Now().Add(pollLimit)
+			for time.Now().Before(deadline) {
+				if done, st, err := q.Test(); done {
+					assert.NoError(t, err, "tester")
+					assert.Equal(t, want, st, "tester")
+					return
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			t.Errorf("tester: not done after %v", pollLimit)
+		})
+		wg.Go(func() {
+			if !waitDone(q.Done()) {
+				t.Errorf("Done not closed after %v", pollLimit)
+			}
+		})
+		wg.Wait()
+		checkWords(t, "received", got, 6)
+	}
+}
+
+// requestsNone: the completion functions accept no requests and nil ones;
+// a nil *Request reports an error instead of panicking.
+func requestsNone(t T, c *mp.Comm) {
+	noPanic(t, "WaitAll()", func() { assert.NoError(t, mp.WaitAll()) })
+	noPanic(t, "WaitAll(nil, nil)", func() { assert.NoError(t, mp.WaitAll(nil, nil)) })
+	noPanic(t, "TestAll()", func() {
+		done, err := mp.TestAll()
+		assert.True(t, done)
+		assert.NoError(t, err)
+	})
+	noPanic(t, "TestAll(nil)", func() {
+		done, err := mp.TestAll(nil)
+		assert.True(t, done)
+		assert.NoError(t, err)
+	})
+	noPanic(t, "WaitAny()", func() {
+		i, _, err := mp.WaitAny()
+		assert.Equal(t, -1, i)
+		assert.NoError(t, err)
+	})
+	noPanic(t, "WaitAny(nil, nil)", func() {
+		i, _, err := mp.WaitAny(nil, nil)
+		assert.Equal(t, -1, i)
+		assert.NoError(t, err)
+	})
+	var q *mp.Request
+	noPanic(t, "(*Request)(nil).Wait", func() {
+		_, err := q.Wait()
+		isErr(t, err, mp.ErrInvalid, "Wait of a nil request")
+	})
+	noPanic(t, "(*Request)(nil).Test", func() {
+		done, _, err := q.Test()
+		assert.True(t, done)
+		isErr(t, err, mp.ErrInvalid, "Test of a nil request")
+	})
+	noPanic(t, "(*Request)(nil).Done", func() {
+		assert.True(t, waitDone(q.Done()))
+	})
+}

@@ -1,0 +1,158 @@
+package mp_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/mp"
+)
+
+// pair opens a 2-rank job in this process over loopback TCP.
+func pair(b *testing.B) (c0, c1 *mp.Comm) {
+	b.Helper()
+	jobs, err := ranktest.Jobs(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	comms := make([]*mp.Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			comms[i], errs[i] = mp.Init(ctx, mp.WithJob(jobs[i]), mp.WithBackend("tcp"),
+				mp.WithEnv(func(string) string { return "" }))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, c := range comms {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Close() }()
+		}
+		wg.Wait()
+	})
+	return comms[0], comms[1]
+}
+
+var sizes = []int{1, 4 << 10, 64 << 10, 1 << 20, 64 << 20}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// BenchmarkPingPong measures a blocking round trip between two ranks; ns/op
+// is one round trip (the one-way latency is half of it).
+func BenchmarkPingPong(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(sizeName(n), func(b *testing.B) {
+			c0, c1 := pair(b)
+			buf0, buf1 := make([]byte, n), make([]byte, n)
+			done := make(chan error, 1)
+			b.SetBytes(int64(2 * n))
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() {
+				for i := 0; i < b.N; i++ {
+					if _, err := mp.Recv(c1, buf1, 0, 0); err != nil {
+						done <- err
+						return
+					}
+					if err := mp.Send(c1, buf1, 0, 0); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			for i := 0; i < b.N; i++ {
+				if err := mp.Send(c0, buf0, 1, 0); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := mp.Recv(c0, buf0, 1, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkStream measures one-way bandwidth: windows of 64 Isends of one
+// size, received with Irecvs, then a one-byte acknowledgement (the OSU
+// bandwidth pattern). ns/op is one message.
+func BenchmarkStream(b *testing.B) {
+	const window = 64
+	for _, n := range sizes {
+		if n*window > 512<<20 {
+			continue
+		}
+		b.Run(sizeName(n), func(b *testing.B) {
+			c0, c1 := pair(b)
+			src := make([]byte, n)
+			dst := make([][]byte, window)
+			for i := range dst {
+				dst[i] = make([]byte, n)
+			}
+			ack := make([]byte, 1)
+			rounds := (b.N + window - 1) / window
+			done := make(chan error, 1)
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() {
+				reqs := make([]*mp.Request, window)
+				for r := 0; r < rounds; r++ {
+					for i := range reqs {
+						reqs[i] = mp.Irecv(c1, dst[i], 0, 0)
+					}
+					if err := mp.WaitAll(reqs...); err != nil {
+						done <- err
+						return
+					}
+					if err := mp.Send(c1, ack, 0, 1); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			reqs := make([]*mp.Request, window)
+			for r := 0; r < rounds; r++ {
+				for i := range reqs {
+					reqs[i] = mp.Isend(c0, src, 1, 0)
+				}
+				if err := mp.WaitAll(reqs...); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := mp.Recv(c0, ack, 1, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,39 @@
+package mp_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/courier-mp/courier/internal/conformance"
+	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/mp"
+)
+
+// tcpRunner runs a case on n in-process ranks over loopback TCP, with
+// extra Init options.
+func tcpRunner(opts ...mp.Option) conformance.Runner {
+	return func(t *testing.T, n int, f func(t conformance.T, c *mp.Comm)) {
+		t.Helper()
+		cfg := ranktest.Config{Backend: "tcp", Options: opts}
+		ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) {
+			f(rt, c)
+		})
+	}
+}
+
+// TestConformanceTCP runs the point-to-point conformance suite over the
+// TCP backend with 2, 3 and 4 ranks.
+func TestConformanceTCP(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			conformance.Run(t, n, tcpRunner())
+		})
+	}
+}
+
+// TestConformanceTCPChecked runs the suite with envelope checks on
+// (COURIER_CHECK=1), where a receive must match the message's count
+// exactly.
+func TestConformanceTCPChecked(t *testing.T) {
+	conformance.Run(t, 2, tcpRunner(mp.WithCheck(true)))
+}
