@@ -84,6 +84,9 @@ func (c *Comm) opErr(op string, peer, tag int, err error) error {
 	if err == nil {
 		return nil
 	}
+	if c == nil {
+		return &OpError{Op: op, Rank: -1, Peer: peer, Tag: tag, Err: err}
+	}
 	return &OpError{Op: op, Rank: c.rank, Peer: peer, Tag: tag, Backend: c.backendName, Err: err}
 }
 

@@ -119,7 +119,7 @@ func (c *Comm) checkPeer(peer, tag int, recv bool) error {
 			return invalidf("rank %d is not in [0, %d)", peer, c.size)
 		}
 	}
-	if tag < 0 && !(recv && tag == AnyTag) {
+	if (tag < 0 && !(recv && tag == AnyTag)) || tag > MaxTag {
 		return invalidf("tag %d: tags are in [0, %d]", tag, MaxTag)
 	}
 	return nil

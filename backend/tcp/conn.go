@@ -178,11 +178,6 @@ func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 			r.Release()
 			return nil, err
 		}
-		if source == backend.AnySource && c.allLost() {
-			c.mu.Unlock()
-			r.Release()
-			return nil, fmt.Errorf("%w: every other rank is gone", backend.ErrPeerLost)
-		}
 		c.posted = append(c.posted, r)
 		c.mu.Unlock()
 		return r, nil
@@ -210,16 +205,6 @@ func (c *conn) removeUnexpected(m *message) {
 	if i := slices.Index(c.unexpected, m); i >= 0 {
 		c.unexpected = slices.Delete(c.unexpected, i, i+1)
 	}
-}
-
-// allLost reports whether every other rank is gone, under c.mu.
-func (c *conn) allLost() bool {
-	for _, p := range c.peers {
-		if p != nil && p.lost == nil {
-			return false
-		}
-	}
-	return c.size > 1
 }
 
 // matches reports whether a receive posted for (source, tag) takes a
@@ -364,12 +349,8 @@ func (c *conn) failPeer(p *peer, err error) {
 	}
 	clear(c.posted[len(keep):])
 	c.posted = keep
-	if c.allLost() {
-		// Wildcard receives can never match now.
-		ended = append(ended, c.posted...)
-		clear(c.posted)
-		c.posted = c.posted[:0]
-	}
+	// Wildcard receives stay posted: another rank, or this one, may still
+	// send what they wait for.
 	// Unexpected messages stay: whole ones may still be received, and a
 	// receive that matches an RTS from p ends with p's loss then. A message
 	// still being read belongs to the reader.
@@ -429,6 +410,7 @@ func (c *conn) Abort(err error) {
 	c.failAll(err)
 	for _, p := range c.peers {
 		if p != nil {
+			p.stop()
 			p.nc.Close()
 		}
 	}

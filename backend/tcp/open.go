@@ -260,20 +260,9 @@ func (c *conn) Close() error {
 			if p == nil {
 				continue
 			}
-			p.wmu.Lock()
-			p.nc.SetWriteDeadline(time.Now().Add(c.linger))
-			h := header{Kind: kindBye}
-			p.writeFrame(&h, nil)
-			p.wmu.Unlock()
-			if cw, ok := p.nc.(interface{ CloseWrite() error }); ok {
-				cw.CloseWrite()
-			}
-			p.nc.SetReadDeadline(time.Now().Add(c.linger))
-		}
-		for _, p := range c.peers {
-			if p != nil {
-				close(p.quit)
-			}
+			// The writer sends BYE after what it already has queued.
+			p.nc.SetDeadline(time.Now().Add(c.linger))
+			p.push(job{bye: true})
 		}
 		done := make(chan struct{})
 		go func() { c.wg.Wait(); close(done) }()
@@ -283,6 +272,7 @@ func (c *conn) Close() error {
 		}
 		for _, p := range c.peers {
 			if p != nil {
+				p.stop()
 				p.nc.Close()
 			}
 		}

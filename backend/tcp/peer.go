@@ -41,18 +41,24 @@ type peer struct {
 	sendSeq uint64 // under wmu
 	recvSeq uint64 // reader only
 
-	qmu   sync.Mutex
-	queue []job
-	qsig  chan struct{}
-	quit  chan struct{}
+	qmu      sync.Mutex
+	queue    []job
+	qsig     chan struct{}
+	quit     chan struct{}
+	quitOnce sync.Once
 }
 
-// job is work for the writer: a CTS frame, or the DATA of send r.
+// stop makes the writer return without writing what is queued.
+func (p *peer) stop() { p.quitOnce.Do(func() { close(p.quit) }) }
+
+// job is work for the writer: a CTS frame, the DATA of send r, or the
+// BYE that ends the connection.
 type job struct {
 	r     *request // nil for a CTS
 	id    uint64   // r's inflight id (DATA), or the sender's id (CTS)
 	rid   uint64   // the receiver's id
 	flags uint16   // CTS flags
+	bye   bool     // write BYE, shut down the sending side, and stop
 }
 
 // smallWrite is the largest frame copied into one buffer for a single
@@ -218,10 +224,26 @@ func (p *peer) writeLoop() {
 			if !ok {
 				break
 			}
+			if j.bye {
+				p.sayBye()
+				return
+			}
 			if err := p.run(j); err != nil {
 				p.c.failPeer(p, p.lossError(err))
 			}
 		}
+	}
+}
+
+// sayBye writes BYE after everything queued before it (a CTS refusal the
+// peer is waiting for, say) and shuts down this side of the connection.
+func (p *peer) sayBye() {
+	h := header{Kind: kindBye}
+	p.wmu.Lock()
+	p.writeFrame(&h, nil)
+	p.wmu.Unlock()
+	if cw, ok := p.nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
 	}
 }
 

@@ -28,6 +28,7 @@ func errorCases() []Case {
 		{Name: "Errors/OpError", MinRanks: 2, Run: errorsOpError},
 		{Name: "Errors/Close", MinRanks: 1, Run: errorsClose},
 		{Name: "Errors/Abort", MinRanks: 1, Run: errorsAbort},
+		{Name: "Errors/PeerLost", MinRanks: 2, Run: errorsPeerLost},
 	}
 }
 
@@ -80,11 +81,48 @@ func invalidSend(t T, c *mp.Comm) {
 	}
 	// The communicator is unharmed.
 	selfSend(t, c, 3)
+	finish(t, c)
+}
+
+// refusedAtOnce posts a receive with invalid arguments and reports whether
+// it was refused at once. One that was accepted instead is reported, and
+// the caller skips the blocking call with the same arguments, which would
+// wait for the communicator's timeout.
+func refusedAtOnce(t T, c *mp.Comm, pt peerTag) bool {
+	t.Helper()
+	refused := false
+	noPanic(t, fmt.Sprintf("Irecv from rank %d with tag %d", pt.peer, pt.tag), func() {
+		done, _, err := mp.Irecv(c, []float64{1}, pt.peer, pt.tag).Test()
+		if !done {
+			t.Errorf("Irecv from rank %d with tag %d was accepted (it is pending); want ErrInvalid", pt.peer, pt.tag)
+			return
+		}
+		refused = isErr(t, err, mp.ErrInvalid, "Irecv from rank %d with tag %d", pt.peer, pt.tag)
+	})
+	return refused
+}
+
+// sendRefusedAtOnce is refusedAtOnce for a send.
+func sendRefusedAtOnce(t T, c *mp.Comm, pt peerTag) bool {
+	t.Helper()
+	refused := false
+	noPanic(t, fmt.Sprintf("Isend to rank %d with tag %d", pt.peer, pt.tag), func() {
+		done, _, err := mp.Isend(c, []float64{1}, pt.peer, pt.tag).Test()
+		if !done || err == nil {
+			t.Errorf("Isend to rank %d with tag %d was accepted; want ErrInvalid", pt.peer, pt.tag)
+			return
+		}
+		refused = isErr(t, err, mp.ErrInvalid, "Isend to rank %d with tag %d", pt.peer, pt.tag)
+	})
+	return refused
 }
 
 func invalidRecv(t T, c *mp.Comm) {
 	for _, pt := range invalidRecvs(c) {
 		what := fmt.Sprintf("Recv from rank %d with tag %d", pt.peer, pt.tag)
+		if !refusedAtOnce(t, c, pt) {
+			continue
+		}
 		noPanic(t, what, func() {
 			_, err := mp.Recv(c, []float64{1}, pt.peer, pt.tag)
 			if isErr(t, err, mp.ErrInvalid, "%s", what) {
@@ -93,6 +131,7 @@ func invalidRecv(t T, c *mp.Comm) {
 		})
 	}
 	selfSend(t, c, 3)
+	finish(t, c)
 }
 
 // checkFailedRequest checks that a request that could not start reports
@@ -104,7 +143,10 @@ func checkFailedRequest(t T, q *mp.Request, what, op string, c *mp.Comm, pt peer
 		return
 	}
 	done, _, err := q.Test()
-	assert.True(t, done, "%s: Test says it is pending", what)
+	if !done {
+		t.Errorf("%s was accepted (it is pending); want ErrInvalid", what)
+		return
+	}
 	isErr(t, err, mp.ErrInvalid, "%s: Test", what)
 	_, err = q.Wait()
 	if isErr(t, err, mp.ErrInvalid, "%s: Wait", what) {
@@ -121,6 +163,7 @@ func invalidIsend(t T, c *mp.Comm) {
 		})
 	}
 	selfSend(t, c, 3)
+	finish(t, c)
 }
 
 func invalidIrecv(t T, c *mp.Comm) {
@@ -131,6 +174,7 @@ func invalidIrecv(t T, c *mp.Comm) {
 		})
 	}
 	selfSend(t, c, 3)
+	finish(t, c)
 }
 
 // invalidSendrecv: a Sendrecv with either half invalid fails with
@@ -139,6 +183,11 @@ func invalidSendrecv(t T, c *mp.Comm) {
 	me := c.Rank()
 	for _, pt := range invalidSends(c) {
 		what := fmt.Sprintf("Sendrecv sending to rank %d with tag %d", pt.peer, pt.tag)
+		if !sendRefusedAtOnce(t, c, pt) {
+			// A Sendrecv would send, then wait for the timeout on its
+			// receive, which no one answers.
+			continue
+		}
 		noPanic(t, what, func() {
 			_, err := mp.Sendrecv(c, []int32{1}, pt.peer, pt.tag, []int32{0}, me, 77)
 			if isErr(t, err, mp.ErrInvalid, "%s", what) {
@@ -148,6 +197,9 @@ func invalidSendrecv(t T, c *mp.Comm) {
 	}
 	for _, pt := range invalidRecvs(c) {
 		what := fmt.Sprintf("Sendrecv receiving from rank %d with tag %d", pt.peer, pt.tag)
+		if !refusedAtOnce(t, c, pt) {
+			continue
+		}
 		noPanic(t, what, func() {
 			_, err := mp.Sendrecv(c, []int32{1}, me, 77, []int32{0}, pt.peer, pt.tag)
 			if isErr(t, err, mp.ErrInvalid, "%s", what) {
@@ -163,6 +215,14 @@ func invalidSendrecv(t T, c *mp.Comm) {
 	_, err := mp.Recv(c, got, me, 77)
 	require.NoError(t, err)
 	assert.Equal(t, []int32{2}, got, "a failed Sendrecv sent its message")
+	finish(t, c)
+}
+
+// finish ends an invalid-argument case with a barrier, so that no rank
+// leaves while another may still (wrongly) reach it.
+func finish(t T, c *mp.Comm) {
+	t.Helper()
+	require.NoError(t, mp.Barrier(c), "the communicator after invalid calls")
 }
 
 // invalidNilComm: every call on a nil *Comm reports ErrInvalid.
@@ -221,6 +281,7 @@ func tagsMaxTag(t T, c *mp.Comm) {
 func errorsOpError(t T, c *mp.Comm) {
 	peer, ok := pair(c)
 	if !ok {
+		require.NoError(t, mp.Barrier(c))
 		return
 	}
 	if c.Rank() == 0 {
@@ -231,6 +292,7 @@ func errorsOpError(t T, c *mp.Comm) {
 			isErr(t, err, mp.ErrTruncate, "send of a truncated large message")
 			checkOpError(t, err, "send", 0, peer, 9, c.Backend())
 		}
+		require.NoError(t, mp.Barrier(c))
 		return
 	}
 	_, err := mp.Recv(c, []int16{0}, peer, 7)
@@ -249,17 +311,32 @@ func errorsOpError(t T, c *mp.Comm) {
 	if isErr(t, err, mp.ErrTruncate, "Recv of a large message") {
 		checkOpError(t, err, "recv", 1, peer, 9, c.Backend())
 	}
+	// Rank 1 stays until rank 0 has its verdict: a rank that leaves early
+	// is a lost peer, which would hide it.
+	require.NoError(t, mp.Barrier(c))
 }
 
-// errorsClose: Close ends pending requests with ErrClosed (or, for one
-// with a peer that closed first, ErrPeerLost); afterwards every operation
-// fails with ErrClosed; Close is idempotent.
+// errorsClose: rank 0 closes while it has receives pending: they end with
+// ErrClosed; afterwards every operation on its communicator fails with
+// ErrClosed; Close is idempotent. The other ranks' pending receives from
+// rank 0 end with ErrPeerLost.
 func errorsClose(t T, c *mp.Comm) {
 	me := c.Rank()
-	next := (me + 1) % c.Size()
-	prev := (me - 1 + c.Size()) % c.Size()
-	self := mp.Irecv(c, []int32{0}, me, 50)        // nobody sends it
-	fromPeer := mp.Irecv(c, []int32{0}, prev, 51) // nobody sends it
+	if me != 0 {
+		q := mp.Irecv(c, []int32{0}, 0, 51) // rank 0 never sends it
+		require.NoError(t, mp.Barrier(c))
+		_, err := q.Wait()
+		isErr(t, err, mp.ErrPeerLost, "pending receive from rank 0, which closed")
+		_, err = mp.Recv(c, []int32{0}, 0, 52)
+		isErr(t, err, mp.ErrPeerLost, "Recv from rank 0, which closed")
+		return
+	}
+	next := 1 % c.Size()
+	self := mp.Irecv(c, []int32{0}, me, 50) // nobody sends it
+	var fromPeer *mp.Request
+	if c.Size() > 1 {
+		fromPeer = mp.Irecv(c, []int32{0}, next, 51) // nobody sends it
+	}
 	require.NoError(t, mp.Barrier(c))
 	first := c.Close()
 	require.NoError(t, first, "Close")
@@ -267,42 +344,57 @@ func errorsClose(t T, c *mp.Comm) {
 
 	_, err := self.Wait()
 	isErr(t, err, mp.ErrClosed, "pending receive from self, after Close")
-	_, err = fromPeer.Wait()
-	if !errors.Is(err, mp.ErrPeerLost) {
-		isErr(t, err, mp.ErrClosed, "pending receive from rank %d, after Close", prev)
+	if fromPeer != nil {
+		_, err = fromPeer.Wait()
+		isErr(t, err, mp.ErrClosed, "pending receive from rank %d, after Close", next)
 	}
-
 	err = mp.Send(c, []int32{1}, me, 1)
 	isErr(t, err, mp.ErrClosed, "Send to self after Close")
+	_, err = mp.Recv(c, []int32{1}, me, 1)
+	isErr(t, err, mp.ErrClosed, "Recv from self after Close")
+	if c.Size() == 1 {
+		return
+	}
+	// The peers have left too by now (Close waits for them), but the
+	// communicator that was used is the closed one.
 	err = mp.Send(c, []int32{1}, next, 1)
 	isErr(t, err, mp.ErrClosed, "Send to rank %d after Close", next)
 	err = mp.Send(c, make([]int32, 1<<17), next, 1)
 	isErr(t, err, mp.ErrClosed, "large Send to rank %d after Close", next)
-	_, err = mp.Recv(c, []int32{1}, prev, 1)
-	isErr(t, err, mp.ErrClosed, "Recv after Close")
+	_, err = mp.Recv(c, []int32{1}, next, 1)
+	isErr(t, err, mp.ErrClosed, "Recv from rank %d after Close", next)
 	_, err = mp.Isend(c, []int32{1}, next, 1).Wait()
 	isErr(t, err, mp.ErrClosed, "Isend after Close")
-	_, err = mp.Irecv(c, []int32{1}, prev, 1).Wait()
+	_, err = mp.Irecv(c, []int32{1}, next, 1).Wait()
 	isErr(t, err, mp.ErrClosed, "Irecv after Close")
-	if c.Size() > 1 {
-		isErr(t, mp.Barrier(c), mp.ErrClosed, "Barrier after Close")
-	}
+	isErr(t, mp.Barrier(c), mp.ErrClosed, "Barrier after Close")
 }
 
 var errStop = errors.New("conformance: stop")
 
-// errorsAbort: Abort, from another goroutine, ends a pending request with
-// an error matching ErrAborted and Abort's argument, closes its Done
-// channel, and makes later operations fail the same way.
+// errorsAbort: rank 0 aborts from another goroutine while a receive is
+// pending: it ends with an error matching ErrAborted and Abort's argument,
+// its Done channel closes, and later operations fail the same way. The
+// other ranks see rank 0 as lost.
 func errorsAbort(t T, c *mp.Comm) {
 	me := c.Rank()
+	if me != 0 {
+		q := mp.Irecv(c, []int32{0}, 0, 61) // rank 0 never sends it
+		require.NoError(t, mp.Barrier(c))
+		_, err := q.Wait()
+		isErr(t, err, mp.ErrPeerLost, "pending receive from rank 0, which aborted")
+		return
+	}
 	q := mp.Irecv(c, []int32{0}, me, 60) // nobody sends it
 	require.NoError(t, mp.Barrier(c))
+	aborted := make(chan struct{})
 	go func() {
+		defer close(aborted)
 		time.Sleep(10 * time.Millisecond)
 		c.Abort(errStop)
 	}()
 	require.True(t, waitDone(q.Done()), "Done not closed %v after Abort", pollLimit)
+	<-aborted
 	_, err := q.Wait()
 	isErr(t, err, mp.ErrAborted, "pending receive, after Abort")
 	isErr(t, err, errStop, "pending receive, after Abort")
@@ -311,4 +403,44 @@ func errorsAbort(t T, c *mp.Comm) {
 	isErr(t, err, errStop, "Send to self after Abort")
 	_, err = mp.Recv(c, []int32{1}, me, 1)
 	isErr(t, err, mp.ErrAborted, "Recv from self after Abort")
+	if c.Size() > 1 {
+		err = mp.Send(c, []int32{1}, 1, 1)
+		isErr(t, err, mp.ErrAborted, "Send to rank 1 after Abort")
+	}
+}
+
+// errorsPeerLost: every rank but 0 closes its communicator while rank 0
+// has receives pending from each: they end with ErrPeerLost, and so do new
+// operations with those ranks, without waiting for the timeout. Rank 0's
+// own traffic with itself goes on: a receive from itself, pending all
+// along, still gets its message.
+func errorsPeerLost(t T, c *mp.Comm) {
+	if c.Rank() != 0 {
+		require.NoError(t, mp.Barrier(c))
+		require.NoError(t, c.Close())
+		return
+	}
+	me := c.Rank()
+	got := []int32{0}
+	self := mp.Irecv(c, got, me, 70)
+	var reqs []*mp.Request
+	for _, r := range others(c) {
+		reqs = append(reqs, mp.Irecv(c, []int32{0}, r, 71)) // never sent
+	}
+	require.NoError(t, mp.Barrier(c))
+	start := time.Now()
+	for i, q := range reqs {
+		_, err := q.Wait()
+		isErr(t, err, mp.ErrPeerLost, "pending receive from rank %d, which closed", i+1)
+	}
+	assert.Less(t, time.Since(start), c.Timeout()/2+time.Second, "lost peers noticed late")
+	for _, r := range others(c) {
+		isErr(t, mp.Send(c, []int32{1}, r, 1), mp.ErrPeerLost, "Send to rank %d, which closed", r)
+		_, err := mp.Recv(c, []int32{1}, r, 1)
+		isErr(t, err, mp.ErrPeerLost, "Recv from rank %d, which closed", r)
+	}
+	require.NoError(t, mp.Send(c, []int32{7}, me, 70), "Send to self with every peer gone")
+	_, err := self.Wait()
+	require.NoError(t, err, "a receive from self, pending while every peer left")
+	assert.Equal(t, []int32{7}, got)
 }

@@ -99,7 +99,12 @@ func statusLargerBuffer(t T, c *mp.Comm) {
 	for i, n := range []int{10, 100 << 10 / 8} { // 80 B, 100 KiB
 		tag := 5 + i
 		if c.Rank() == 0 {
-			require.NoError(t, mp.Send(c, words(n, uint64(n)), peer, tag))
+			err := mp.Send(c, words(n, uint64(n)), peer, tag)
+			if c.Checked() && err != nil {
+				isErr(t, err, mp.ErrMismatch, "checked: the sender of %d words into a buffer of %d", n, 10*n+3)
+				continue
+			}
+			require.NoError(t, err)
 			continue
 		}
 		buf := make([]uint64, 10*n+3)

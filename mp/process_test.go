@@ -1,0 +1,101 @@
+package mp_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-mp/courier/mp"
+)
+
+// When COURIER_TEST_ROLE is set, the test binary is one rank of a job
+// started by hand (COURIER_RANK/SIZE/ADDR), not a test run.
+func TestMain(m *testing.M) {
+	if role := os.Getenv("COURIER_TEST_ROLE"); role != "" {
+		os.Exit(rankMain(role))
+	}
+	os.Exit(m.Run())
+}
+
+func rankMain(role string) int {
+	comm, err := mp.Init(context.Background())
+	if err != nil {
+		fmt.Println("init:", err)
+		return 1
+	}
+	defer comm.Close()
+	switch role {
+	case "victim-test":
+		fmt.Println("ready")
+		if comm.Rank() == 2 {
+			select {} // rank 2 waits to be killed
+		}
+		buf := make([]byte, 8)
+		start := time.Now()
+		_, err := mp.Recv(comm, buf, 2, 0)
+		fmt.Printf("recv-ended %v after %v: %v\n", errors.Is(err, mp.ErrPeerLost), time.Since(start).Round(time.Millisecond), err)
+		return 0
+	}
+	return 2
+}
+
+// TestKilledPeerEndsPendingRecv starts three ranks by hand, kills one, and
+// checks the others' pending receives from it end with ErrPeerLost within
+// two seconds.
+func TestKilledPeerEndsPendingRecv(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // rank 0 binds it again
+	var procs [3]*exec.Cmd
+	var outs [3]*bufio.Scanner
+	for i := range procs {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "COURIER_TEST_ROLE=victim-test",
+			fmt.Sprintf("COURIER_RANK=%d", i), "COURIER_SIZE=3", "COURIER_ADDR="+addr,
+			"COURIER_JOB_KEY=victim-test-key", "COURIER_TIMEOUT=20s")
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		procs[i], outs[i] = cmd, bufio.NewScanner(out)
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+	for i, s := range outs {
+		require.True(t, s.Scan(), "rank %d printed nothing", i)
+		require.Equal(t, "ready", s.Text(), "rank %d", i)
+	}
+	time.Sleep(200 * time.Millisecond) // let ranks 0 and 1 post their receives
+	killed := time.Now()
+	require.NoError(t, procs[2].Process.Signal(syscall.SIGKILL))
+	for i := 0; i < 2; i++ {
+		lines := make(chan string, 1)
+		go func() {
+			if outs[i].Scan() {
+				lines <- outs[i].Text()
+			}
+			close(lines)
+		}()
+		select {
+		case line := <-lines:
+			require.True(t, strings.HasPrefix(line, "recv-ended true"), "rank %d: %s", i, line)
+			require.Contains(t, line, "rank 2")
+		case <-time.After(2*time.Second - time.Since(killed)):
+			t.Fatalf("rank %d's receive from the killed rank did not end within 2 s", i)
+		}
+		require.NoError(t, procs[i].Wait())
+	}
+}
