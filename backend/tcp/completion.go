@@ -14,13 +14,16 @@ import (
 // with the request, so the steady state allocates nothing: the wake channel
 // and the timer live as long as the request object.
 //
-// The completer writes st and err, closes a Done channel if one was asked
-// for, puts a token in wake, and stores state last: once a waiter sees the
-// state, the completer no longer touches the request.
+// The completer writes st and err and publishes them (state 1), closes a
+// Done channel if one was asked for, puts a token in wake, and marks its
+// own work finished (state 2). Readers look at state >= 1; reset, which
+// recycles the request, waits for state 2 so the completer is never
+// touching a request that has been handed out again.
 type completion struct {
-	state atomic.Uint32 // 0 pending, 1 done
-	wake  chan struct{} // capacity 1: one token per completion
-	timer *time.Timer
+	state     atomic.Uint32 // 0 pending, 1 result published, 2 completer finished
+	wake      chan struct{} // capacity 1: one token per completion
+	timer     *time.Timer
+	timerBusy atomic.Bool // a waiter is using timer
 
 	mu     sync.Mutex
 	doneCh chan struct{}
@@ -38,6 +41,7 @@ func (c *completion) init() {
 // request's current owner.
 func (c *completion) complete(st backend.Status, err error) {
 	c.st, c.err = st, err
+	c.state.Store(1)
 	c.mu.Lock()
 	c.closed = true
 	if c.doneCh != nil {
@@ -48,10 +52,10 @@ func (c *completion) complete(st backend.Status, err error) {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	c.state.Store(1)
+	c.state.Store(2)
 }
 
-func (c *completion) isDone() bool { return c.state.Load() == 1 }
+func (c *completion) isDone() bool { return c.state.Load() >= 1 }
 
 // Test reports completion without blocking.
 func (c *completion) Test() (bool, backend.Status, error) {
@@ -75,18 +79,31 @@ func (c *completion) Wait(timeout time.Duration) (backend.Status, error) {
 		runtime.Gosched()
 	}
 	if timeout > 0 {
-		if c.timer == nil {
-			c.timer = time.NewTimer(timeout)
-		} else {
-			c.timer.Reset(timeout)
+		// The request's own timer serves one waiter at a time; a second
+		// goroutine waiting on the same request makes its own.
+		var t *time.Timer
+		mine := c.timerBusy.CompareAndSwap(false, true)
+		switch {
+		case !mine:
+			t = time.NewTimer(timeout)
+			defer t.Stop()
+		case c.timer == nil:
+			t = time.NewTimer(timeout)
+			c.timer = t
+		default:
+			t = c.timer
+			t.Reset(timeout)
 		}
 		select {
 		case <-c.wake:
-			c.timer.Stop()
-		case <-c.timer.C:
-			if !c.isDone() {
-				return backend.Status{}, fmt.Errorf("%w after %v", backend.ErrTimeout, timeout)
-			}
+			t.Stop()
+		case <-t.C:
+		}
+		if mine {
+			c.timerBusy.Store(false)
+		}
+		if !c.isDone() {
+			return backend.Status{}, fmt.Errorf("%w after %v", backend.ErrTimeout, timeout)
 		}
 	} else {
 		<-c.wake
@@ -95,9 +112,6 @@ func (c *completion) Wait(timeout time.Duration) (backend.Status, error) {
 	select {
 	case c.wake <- struct{}{}:
 	default:
-	}
-	for !c.isDone() { // the completer stores the state just after the token
-		runtime.Gosched()
 	}
 	return c.st, c.err
 }
@@ -116,8 +130,12 @@ func (c *completion) Done() <-chan struct{} {
 }
 
 // reset readies the completion for the next use. The caller owns the
-// request: its previous use has completed and been observed.
+// request: its previous use has completed and been observed, or it was
+// never handed out (state 0).
 func (c *completion) reset() {
+	for c.state.Load() == 1 { // the completer is finishing
+		runtime.Gosched()
+	}
 	select {
 	case <-c.wake:
 	default:

@@ -335,7 +335,8 @@ func (c *conn) failPeer(p *peer, err error) {
 	c.mu.Lock()
 	if p.lost == nil {
 		p.lost = err
-		p.down.Store(&err)
+		e := err
+		p.down.Store(&e)
 	}
 	err = p.lost
 	var ended []*request
@@ -375,7 +376,8 @@ func (c *conn) failAll(err error) {
 	c.mu.Lock()
 	if c.fatal == nil {
 		c.fatal = err
-		c.dead.Store(&err)
+		e := err
+		c.dead.Store(&e)
 	}
 	err = c.fatal
 	ended := slices.Clone(c.posted)
