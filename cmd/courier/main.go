@@ -62,6 +62,7 @@ type command struct {
 // (A function, not a variable, because help refers back to it.)
 func commands() map[string]command {
 	return map[string]command{
+		"bench":   {"measure point-to-point latency and bandwidth between two ranks", (*app).bench},
 		"help":    {"show help for courier or one of its commands", (*app).help},
 		"run":     {"run a program as N ranks on this machine", (*app).runJob},
 		"version": {"print courier's version", (*app).version},
@@ -118,6 +119,9 @@ func (a *app) help(args []string) int {
 		switch args[0] {
 		case "run":
 			io.WriteString(a.stdout, runUsage)
+			return 0
+		case "bench":
+			io.WriteString(a.stdout, benchUsage)
 			return 0
 		case "help", "version":
 			fmt.Fprintf(a.stdout, "usage: courier %s\n\n%s.\n", args[0], commands()[args[0]].summary)

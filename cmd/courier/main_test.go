@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	// Under -race, a process sleeps 1 s before exiting (GORACE
 	// atexit_sleep_ms); the ranks the tests start need not.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	selfCommand = func() ([]string, error) { return []string{os.Args[0], asCourier}, nil }
 	os.Exit(m.Run())
 }
 
@@ -92,7 +93,9 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "Usage:"},
 		{[]string{"nosuch"}, `courier: unknown command "nosuch"`},
-		{[]string{"bench"}, `courier: unknown command "bench"`},
+		{[]string{"bench", "-reps", "0"}, "usage: courier bench"},
+		{[]string{"bench", "-lat", "1,x"}, `bad size "x"`},
+		{[]string{"bench", "extra"}, "usage: courier bench"},
 		{[]string{"info"}, `courier: unknown command "info"`},
 		{[]string{"run"}, "courier run: -np N is required"},
 		{[]string{"run", "true"}, "courier run: -np N is required"},
@@ -273,5 +276,23 @@ func TestSignalForwarded(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBench runs courier bench for real: alone, it starts itself as two
+// ranks, which measure and print the table.
+func TestBench(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := courier(t, "bench", "-reps", "1", "-lat", "1,4k", "-bw", "64k,1m", "-window", "4")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"tcp backend", "latency", "bandwidth", " 4096 ", " 1048576 "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if n := strings.Count(stdout, "\n"); n != 2+4 {
+		t.Errorf("want a title, a header and 4 rows, got %d lines:\n%s", n, stdout)
 	}
 }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/courier-mp/courier/bootstrap"
+	"github.com/courier-mp/courier/internal/bench"
+	"github.com/courier-mp/courier/internal/launch"
+	"github.com/courier-mp/courier/mp"
+)
+
+const benchUsage = `usage: courier bench [-reps N] [-lat SIZES] [-bw SIZES] [-window N]
+
+Measures point-to-point latency (half a blocking ping-pong) and bandwidth
+(windows of non-blocking sends, each acknowledged) between ranks 0 and 1,
+with the backend COURIER_BACKEND names. Started alone, it runs itself as 2
+ranks with courier run; started by a launcher (courier run, mpirun, srun), it
+is one rank of that job. SIZES are comma-separated byte counts (4096, 64k, 1m).
+`
+
+// selfCommand returns the command line that runs this courier binary
+// (tests replace it: their binary needs a marker argument).
+var selfCommand = func() ([]string, error) {
+	exe, err := os.Executable()
+	return []string{exe}, err
+}
+
+// bench is courier bench.
+func (a *app) bench(args []string) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.Usage = func() { io.WriteString(a.stderr, benchUsage) }
+	cfg := bench.Default()
+	reps := fs.Int("reps", cfg.Reps, "measurements per figure (the median is printed)")
+	window := fs.Int("window", cfg.Window, "sends in flight per bandwidth window")
+	lat := fs.String("lat", joinSizes(cfg.LatencySizes), "latency sizes")
+	bw := fs.String("bw", joinSizes(cfg.BandwidthSizes), "bandwidth sizes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	if cfg.LatencySizes, err = parseSizes(*lat); err == nil {
+		cfg.BandwidthSizes, err = parseSizes(*bw)
+	}
+	if err != nil || *reps < 1 || *window < 1 || fs.NArg() > 0 {
+		if err != nil {
+			fmt.Fprintln(a.stderr, "courier bench:", err)
+		}
+		io.WriteString(a.stderr, benchUsage)
+		return 2
+	}
+	cfg.Reps, cfg.Window = *reps, *window
+
+	// FromEnv, not Detect: rank 0's inherited socket is for mp.Init.
+	job, err := bootstrap.FromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(a.stderr, "courier bench:", err)
+		return 1
+	}
+	if job.Size == 1 {
+		// Not in a job: become one of two ranks.
+		self, err := selfCommand()
+		if err != nil {
+			fmt.Fprintln(a.stderr, "courier bench:", err)
+			return 1
+		}
+		sigs, stop := a.signals()
+		defer stop()
+		res := launch.Run(context.Background(), launch.Config{
+			NP: 2, Program: self[0], Args: append(append(self[1:], "bench"), args...),
+			Stdout: a.stdout, Stderr: a.stderr, NoPrefix: true, Signals: sigs,
+		})
+		return res.ExitCode
+	}
+	comm, err := mp.Init(context.Background())
+	if err != nil {
+		fmt.Fprintln(a.stderr, "courier bench:", err)
+		return 1
+	}
+	defer comm.Close()
+	rows, err := bench.Run(comm, cfg)
+	if err != nil {
+		fmt.Fprintln(a.stderr, "courier bench:", err)
+		return 1
+	}
+	if comm.Rank() == 0 {
+		bench.Print(a.stdout, comm.Backend(), rows)
+	}
+	if err := comm.Close(); err != nil {
+		fmt.Fprintln(a.stderr, "courier bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func joinSizes(s []int) string {
+	parts := make([]string, len(s))
+	for i, n := range s {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseSizes reads "1,4k,1m".
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		if f == "" {
+			continue
+		}
+		mult := 1
+		switch {
+		case strings.HasSuffix(f, "k"):
+			mult, f = 1<<10, strings.TrimSuffix(f, "k")
+		case strings.HasSuffix(f, "m"):
+			mult, f = 1<<20, strings.TrimSuffix(f, "m")
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 || n > (1<<31)/mult {
+			return nil, fmt.Errorf("bad size %q", f)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
+}
