@@ -46,6 +46,13 @@ type Case struct {
 
 // Runner runs f on n ranks, each with its own communicator, and reports the
 // ranks' failures on t.
+//
+// Each call must give f fresh communicators, closed after f returns on
+// every rank: a rank whose part of a case is done returns while others
+// still work, and some cases close or abort their communicator
+// (Errors/Close, Errors/Abort, Errors/PeerLost). The communicators should
+// have a timeout (mp.WithTimeout or COURIER_TIMEOUT), so that a case
+// failing on one rank cannot leave another waiting forever.
 type Runner func(t *testing.T, n int, f func(t T, c *mp.Comm))
 
 // Run runs every case as the subtest t.Run(case.Name) on ranks ranks,
@@ -66,6 +73,7 @@ func Run(t *testing.T, ranks int, run Runner) {
 func Cases() []Case {
 	var all []Case
 	for _, group := range [][]Case{
+		groupingCases(),
 		typeCases(),
 		messageCases(),
 		orderCases(),

@@ -20,8 +20,10 @@ func exchangeCases() []Case {
 		{Name: "Exchange/Isend", MinRanks: 2, Run: exchangeIsend},
 		{Name: "Exchange/Sendrecv", MinRanks: 2, Run: exchangeSendrecv},
 		{Name: "Exchange/AllToAll", MinRanks: 2, Run: exchangeAllToAll},
+		{Name: "Exchange/SharedSendBuffer", MinRanks: 1, Run: exchangeSharedSendBuffer},
 		{Name: "Large/64MiB", MinRanks: 2, Run: large64MiB},
-		{Name: "Large/Unexpected", MinRanks: 2, Run: largeUnexpected},
+		{Name: "Unexpected/Large", MinRanks: 2, Run: largeUnexpected},
+		{Name: "Unexpected/ManySmall", MinRanks: 2, Run: unexpectedManySmall},
 	}
 }
 
@@ -176,5 +178,55 @@ func largeUnexpected(t T, c *mp.Comm) {
 		require.NoError(t, err)
 		assert.Equal(t, mp.Status{Source: peer, Tag: i, Count: n}, st)
 		checkWords(t, fmt.Sprintf("message %d", i), got, uint64(i))
+	}
+}
+
+// exchangeSharedSendBuffer: one buffer is the send buffer of several
+// pending sends at once (to every rank, oneself included); send buffers
+// are only read, so this is valid.
+func exchangeSharedSendBuffer(t T, c *mp.Comm) {
+	const n = 1 << 17 // 1 MiB
+	buf := words(n, uint64(c.Rank()))
+	var reqs []*mp.Request
+	got := make([][]uint64, c.Size())
+	for r := range c.Size() {
+		got[r] = make([]uint64, n)
+		reqs = append(reqs, mp.Irecv(c, got[r], r, 6))
+	}
+	for r := range c.Size() {
+		reqs = append(reqs, mp.Isend(c, buf, r, 6))
+	}
+	require.NoError(t, mp.WaitAll(reqs...))
+	for r := range c.Size() {
+		checkWords(t, fmt.Sprintf("from rank %d", r), got[r], uint64(r))
+	}
+	checkWords(t, "the shared send buffer", buf, uint64(c.Rank()))
+}
+
+// unexpectedManySmall: 3000 small messages over 3 tags reach the receiver
+// before it posts anything; it then drains them tag by tag, each tag in
+// the order sent.
+func unexpectedManySmall(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	const n, tags = 3000, 3
+	if c.Rank() == 0 {
+		reqs := make([]*mp.Request, n)
+		for i := range reqs {
+			reqs[i] = mp.Isend(c, []int32{int32(i), int32(-i)}, peer, i%tags)
+		}
+		require.NoError(t, mp.WaitAll(reqs...))
+		return
+	}
+	time.Sleep(50 * time.Millisecond)
+	got := []int32{0, 0}
+	for tag := range tags {
+		for i := tag; i < n; i += tags {
+			_, err := mp.Recv(c, got, peer, tag)
+			require.NoError(t, err)
+			require.Equal(t, []int32{int32(i), int32(-i)}, got, "tag %d", tag)
+		}
 	}
 }

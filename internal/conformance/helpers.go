@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -82,11 +83,13 @@ func checkWords(t T, what string, got []uint64, seed uint64) bool {
 	return true
 }
 
-// octets returns n bytes of the pattern of seed.
+// octets returns n bytes of the pattern of seed, made eight at a time.
 func octets(n int, seed uint64) []byte {
 	s := make([]byte, n)
-	for i := range s {
-		s[i] = byte(mix(seed, uint64(i)))
+	var w [8]byte
+	for i := 0; i < n; i += 8 {
+		binary.LittleEndian.PutUint64(w[:], mix(seed, uint64(i/8)))
+		copy(s[i:], w[:])
 	}
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -170,4 +171,40 @@ func RunConfig(tb testing.TB, n int, cfg Config, f func(t *T, c *mp.Comm)) {
 			tb.Errorf("rank %d failed:\n\t%s", t.rank, strings.Join(t.errs, "\n\t"))
 		}
 	}
+}
+
+// Go runs f on n ranks of a job in this process, over loopback TCP, and
+// returns the ranks' errors joined. It is the harness without a test, for
+// examples and benchmarks; opts are passed to mp.Init.
+func Go(n int, f func(c *mp.Comm) error, opts ...mp.Option) error {
+	jobs, err := Jobs(n)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			all := append([]mp.Option{mp.WithJob(jobs[i]), mp.WithBackend("tcp"),
+				mp.WithEnv(func(string) string { return "" })}, opts...)
+			c, err := mp.Init(ctx, all...)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if err := f(c); err != nil {
+				errs[i] = fmt.Errorf("rank %d: %w", i, err)
+				c.Abort(err)
+			}
+			if err := c.Close(); err != nil && errs[i] == nil {
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

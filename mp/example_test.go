@@ -1,0 +1,109 @@
+package mp_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/mp"
+)
+
+// Rank 0 sends a slice to rank 1; the element type comes from the slice.
+// (ranktest.Go runs the ranks as goroutines of this process; a real program
+// calls mp.Init once and is started by courier run, mpirun or srun.)
+func ExampleSend() {
+	err := ranktest.Go(2, func(comm *mp.Comm) error {
+		data := make([]float32, 4)
+		switch comm.Rank() {
+		case 0:
+			copy(data, []float32{1, 2, 3, 4})
+			return mp.Send(comm, data, 1, 7)
+		case 1:
+			st, err := mp.Recv(comm, data, 0, 7)
+			fmt.Println(data, "from rank", st.Source, "tag", st.Tag, "count", st.Count)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: [1 2 3 4] from rank 0 tag 7 count 4
+}
+
+// Two ranks exchange buffers head to head. Posting both operations before
+// waiting cannot deadlock, whatever the size.
+func ExampleIsend() {
+	err := ranktest.Go(2, func(comm *mp.Comm) error {
+		peer := 1 - comm.Rank()
+		out := make([]int64, 1<<20)
+		in := make([]int64, 1<<20)
+		out[0] = int64(100 + comm.Rank())
+		recv := mp.Irecv(comm, in, peer, 0)
+		send := mp.Isend(comm, out, peer, 0)
+		if err := mp.WaitAll(recv, send); err != nil {
+			return err
+		}
+		if comm.Rank() == 0 {
+			fmt.Println("rank 0 got", in[0])
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: rank 0 got 101
+}
+
+// A receive into a buffer smaller than the message fails with ErrTruncate,
+// and the error says which ranks and what sizes.
+func ExampleRecv_truncate() {
+	err := ranktest.Go(2, func(comm *mp.Comm) error {
+		if comm.Rank() == 0 {
+			return mp.Send(comm, []int32{1, 2, 3}, 1, 0)
+		}
+		_, err := mp.Recv(comm, make([]int32, 2), 0, 0)
+		fmt.Println(errors.Is(err, mp.ErrTruncate))
+		fmt.Println(err)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// true
+	// courier: recv (tcp) on rank 1 with rank 0, tag 0: message truncated: rank 0 sent 3 × int32 (tag 0) into a buffer of 2 on rank 1
+}
+
+// A root collects one message from every other rank, in whatever order they
+// come, with AnySource; Status says who sent each.
+func ExampleWaitAny() {
+	err := ranktest.Go(4, func(comm *mp.Comm) error {
+		if comm.Rank() != 0 {
+			return mp.Send(comm, []int{comm.Rank() * 10}, 0, 1)
+		}
+		bufs := make([][]int, comm.Size()-1)
+		reqs := make([]*mp.Request, len(bufs))
+		for i := range reqs {
+			bufs[i] = make([]int, 1)
+			reqs[i] = mp.Irecv(comm, bufs[i], mp.AnySource, 1)
+		}
+		sum := 0
+		for {
+			i, _, err := mp.WaitAny(reqs...)
+			if i < 0 {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			sum += bufs[i][0]
+		}
+		fmt.Println("sum", sum)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: sum 60
+}
