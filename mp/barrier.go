@@ -10,10 +10,12 @@ const collTag = -2
 // ⌈log2 Size⌉ rounds of one send and one receive per rank).
 func Barrier(c *Comm) error {
 	if c == nil {
-		return invalidf("nil *Comm")
+		return c.opErr("barrier", -1, -1, invalidf("nil *Comm"))
 	}
 	var token, got [1]uint8
-	for dist := 1; dist < c.size; dist *= 2 {
+	// One rank still does one round, with itself, so a closed or aborted
+	// communicator reports it.
+	for dist := 1; dist < c.size || dist == 1; dist *= 2 {
 		to := (c.rank + dist) % c.size
 		from := (c.rank - dist + c.size) % c.size
 		// The send goes first: a token is one byte, sent eagerly, so it never

@@ -156,3 +156,36 @@ func BenchmarkStream(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkExchange measures a head-to-head exchange: both ranks post an
+// Irecv and an Isend of the same size, then wait. SetBytes counts one
+// direction.
+func BenchmarkExchange(b *testing.B) {
+	for _, n := range []int{64 << 10, 16 << 20} {
+		b.Run(sizeName(n), func(b *testing.B) {
+			c0, c1 := pair(b)
+			done := make(chan error, 1)
+			side := func(c *mp.Comm) error {
+				out, in := make([]byte, n), make([]byte, n)
+				for i := 0; i < b.N; i++ {
+					r := mp.Irecv(c, in, 1-c.Rank(), 0)
+					s := mp.Isend(c, out, 1-c.Rank(), 0)
+					if err := mp.WaitAll(r, s); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() { done <- side(c1) }()
+			if err := side(c0); err != nil {
+				b.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

@@ -217,6 +217,10 @@ func pickDriver(name string) (string, backend.Driver, error) {
 	}
 	d, ok := backend.Lookup(name)
 	if !ok {
+		if name == "nccl" {
+			return name, nil, fmt.Errorf("%w: the nccl backend is not part of this build of courier (registered: %s)",
+				ErrNotSupported, strings.Join(backend.Drivers(), ", "))
+		}
 		return name, nil, fmt.Errorf("%w: unknown backend %q (forgotten import?); registered: %s",
 			ErrNotSupported, name, strings.Join(backend.Drivers(), ", "))
 	}
@@ -229,23 +233,48 @@ func pickDriver(name string) (string, backend.Driver, error) {
 }
 
 // Rank is this process's rank, in [0, Size).
-func (c *Comm) Rank() int { return c.rank }
+func (c *Comm) Rank() int {
+	if c == nil {
+		return -1
+	}
+	return c.rank
+}
 
 // Size is the number of ranks in the communicator.
-func (c *Comm) Size() int { return c.size }
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
 
 // Backend names the transport in use ("tcp", "nccl").
-func (c *Comm) Backend() string { return c.backendName }
+func (c *Comm) Backend() string {
+	if c == nil {
+		return ""
+	}
+	return c.backendName
+}
 
 // LocalRank is this process's rank among the ranks on its host, or -1 when
 // the launcher does not say.
-func (c *Comm) LocalRank() int { return c.job.LocalRank }
+func (c *Comm) LocalRank() int {
+	if c == nil {
+		return -1
+	}
+	return c.job.LocalRank
+}
 
 // Timeout is the bound on every wait (zero: none).
-func (c *Comm) Timeout() time.Duration { return c.timeout }
+func (c *Comm) Timeout() time.Duration {
+	if c == nil {
+		return 0
+	}
+	return c.timeout
+}
 
 // Checked reports whether envelope checks are on (COURIER_CHECK=1).
-func (c *Comm) Checked() bool { return c.check }
+func (c *Comm) Checked() bool { return c != nil && c.check }
 
 // Close leaves the communicator: pending requests end with ErrClosed, peers
 // are told this rank left, and every goroutine the communicator started has
@@ -265,6 +294,9 @@ func (c *Comm) Close() error {
 // (select on req.Done() beside ctx.Done(), then Abort). Call Close
 // afterwards to release the communicator.
 func (c *Comm) Abort(err error) {
+	if c == nil {
+		return
+	}
 	if err == nil {
 		err = errors.New("aborted by the program")
 	}

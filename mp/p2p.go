@@ -17,15 +17,11 @@ import (
 // Code that relies on Send returning before the receive is posted is not
 // valid MPI: use Isend for that.
 func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
-	if err := c.checkPeer(dest, tag, false); err != nil {
-		return c.opErr("send", dest, tag, err)
+	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
+	if err == nil {
+		_, err = c.wait(r)
+		r.Release()
 	}
-	r, err := c.conn.Isend(describe(buf), dest, tag, callerPC())
-	if err != nil {
-		return c.opErr("send", dest, tag, err)
-	}
-	_, err = c.wait(r)
-	r.Release()
 	return c.opErr("send", dest, tag, err)
 }
 
@@ -34,10 +30,7 @@ func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
 // buf is an error matching ErrTruncate. Status says who sent it, with which
 // tag, and how many elements it filled.
 func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
-	if err := c.checkPeer(source, tag, true); err != nil {
-		return Status{}, c.opErr("recv", source, tag, err)
-	}
-	r, err := c.conn.Irecv(describe(buf), source, tag, callerPC())
+	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
 	if err != nil {
 		return Status{}, c.opErr("recv", source, tag, err)
 	}
@@ -51,35 +44,49 @@ func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
 // …). An error (a bad rank, a closed communicator) is reported by the
 // request, never lost.
 func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
-	req := &Request{c: c, op: "send", peer: dest, tag: tag}
-	if err := c.checkPeer(dest, tag, false); err != nil {
-		req.fail(err)
-		return req
-	}
-	r, err := c.conn.Isend(describe(buf), dest, tag, callerPC())
-	if err != nil {
-		req.fail(err)
-		return req
-	}
-	req.r = r
-	return req
+	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
+	return c.request(opSend, dest, tag, r, err)
 }
 
 // Irecv starts receiving into buf from rank source (or AnySource) with tag
 // (or AnyTag) and returns at once. buf must not be read or modified until
 // the request completes.
 func Irecv[B Buffer](c *Comm, buf B, source, tag int) *Request {
-	req := &Request{c: c, op: "recv", peer: source, tag: tag}
-	if err := c.checkPeer(source, tag, true); err != nil {
-		req.fail(err)
-		return req
+	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
+	return c.request(opRecv, source, tag, r, err)
+}
+
+type opKind bool
+
+const (
+	opSend opKind = false
+	opRecv opKind = true
+)
+
+func (o opKind) String() string {
+	if o == opRecv {
+		return "recv"
 	}
-	r, err := c.conn.Irecv(describe(buf), source, tag, callerPC())
+	return "send"
+}
+
+// start validates a message call and hands it to the transport.
+func (c *Comm) start(op opKind, b backend.Buffer, peer, tag int, pc uintptr) (backend.Request, error) {
+	if err := c.checkPeer(peer, tag, op == opRecv); err != nil {
+		return nil, err
+	}
+	if op == opRecv {
+		return c.conn.Irecv(b, peer, tag, pc)
+	}
+	return c.conn.Isend(b, peer, tag, pc)
+}
+
+// request wraps what start returned for the caller of Isend or Irecv.
+func (c *Comm) request(op opKind, peer, tag int, r backend.Request, err error) *Request {
+	req := &Request{c: c, op: op.String(), peer: peer, tag: tag, r: r}
 	if err != nil {
 		req.fail(err)
-		return req
 	}
-	req.r = r
 	return req
 }
 
@@ -88,14 +95,11 @@ func Irecv[B Buffer](c *Comm, buf B, source, tag int) *Request {
 // halo swap, which never deadlocks however the peers order their calls.
 // The status is the receive's.
 func Sendrecv[S, R Buffer](c *Comm, send S, dest, sendTag int, recv R, source, recvTag int) (Status, error) {
-	if err := c.checkPeer(source, recvTag, true); err != nil {
-		return Status{}, c.opErr("recv", source, recvTag, err)
-	}
 	if err := c.checkPeer(dest, sendTag, false); err != nil {
 		return Status{}, c.opErr("send", dest, sendTag, err)
 	}
 	pc := callerPC()
-	rr, err := c.conn.Irecv(describe(recv), source, recvTag, pc)
+	rr, err := c.start(opRecv, describe(recv), source, recvTag, pc)
 	if err != nil {
 		return Status{}, c.opErr("recv", source, recvTag, err)
 	}

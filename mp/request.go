@@ -85,7 +85,7 @@ func (q *Request) result() (Status, error) {
 // Wait returns, the buffer may be reused.
 func (q *Request) Wait() (Status, error) {
 	if q == nil {
-		return Status{}, invalidf("nil *Request")
+		return Status{}, &OpError{Op: "wait", Rank: -1, Peer: -1, Tag: -1, Err: invalidf("nil *Request")}
 	}
 	if r := q.acquire(); r != nil {
 		st, err := q.c.wait(r)
@@ -98,7 +98,7 @@ func (q *Request) Wait() (Status, error) {
 // it has, it returns the status and error as Wait would.
 func (q *Request) Test() (done bool, st Status, err error) {
 	if q == nil {
-		return true, Status{}, invalidf("nil *Request")
+		return true, Status{}, &OpError{Op: "test", Rank: -1, Peer: -1, Tag: -1, Err: invalidf("nil *Request")}
 	}
 	if r := q.acquire(); r != nil {
 		done, st, err := r.Test()
@@ -189,8 +189,8 @@ func WaitAny(reqs ...*Request) (int, Status, error) {
 				continue
 			}
 			anyActive = true
-			if timeout == 0 || q.c.timeout < timeout {
-				timeout = q.c.timeout
+			if q.c != nil && q.c.timeout > 0 && (timeout == 0 || q.c.timeout < timeout) {
+				timeout = q.c.timeout // the shortest bound among the requests
 			}
 			if done, st, err := q.Test(); done {
 				return i, st, err
@@ -206,8 +206,9 @@ func WaitAny(reqs ...*Request) (int, Status, error) {
 		if i, ok := waitAnyBlocking(reqs, timeout); !ok {
 			// Timed out: abort the communicator of the first active request
 			// with the report; the request then ends with ErrTimeout.
-			c := reqs[i].c
-			c.conn.Abort(c.timeoutError())
+			if c := reqs[i].c; c != nil {
+				c.conn.Abort(c.timeoutError())
+			}
 			st, err := reqs[i].Wait()
 			return i, st, err
 		}

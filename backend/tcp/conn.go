@@ -412,6 +412,7 @@ func (c *conn) Abort(err error) {
 	c.failAll(err)
 	for _, p := range c.peers {
 		if p != nil {
+			p.sayAborted()
 			p.stop()
 			p.nc.Close()
 		}

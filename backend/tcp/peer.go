@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/courier-mp/courier/backend"
 )
@@ -247,6 +248,18 @@ func (p *peer) sayBye() {
 	}
 }
 
+// sayAborted tells the peer, if the socket is free at once, that this rank
+// aborted, so it reports that rather than a vanished process.
+func (p *peer) sayAborted() {
+	if !p.wmu.TryLock() {
+		return
+	}
+	defer p.wmu.Unlock()
+	p.nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	h := header{Kind: kindBye, Flags: byeAborted}
+	p.writeFrame(&h, nil)
+}
+
 // run does one writer job.
 func (p *peer) run(j job) error {
 	if j.r == nil {
@@ -326,7 +339,11 @@ func (p *peer) onFrame(h *header) error {
 		return p.onData(h)
 	case kindBye:
 		p.bye.Store(true)
-		p.c.failPeer(p, fmt.Errorf("%w: rank %d closed its communicator", backend.ErrPeerLost, p.rank))
+		how := "closed"
+		if h.Flags&byeAborted != 0 {
+			how = "aborted"
+		}
+		p.c.failPeer(p, fmt.Errorf("%w: rank %d %s its communicator", backend.ErrPeerLost, p.rank, how))
 	}
 	return nil
 }

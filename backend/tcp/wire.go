@@ -23,6 +23,9 @@ const (
 	ctsMismatch uint16 = 1 << 1 // element type or count disagree (checks)
 )
 
+// BYE flags.
+const byeAborted uint16 = 1 << 0 // the sender aborted rather than closed
+
 // headerSize is the size of every frame header.
 const headerSize = 32
 

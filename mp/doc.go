@@ -1,0 +1,53 @@
+// Package mp is courier's message passing API: MPI-style point-to-point
+// messages between the ranks of a job, for Go programs.
+//
+// A program calls Init once; it reads the launcher's environment (courier
+// run, mpirun, mpiexec, srun, or COURIER_RANK/SIZE/ADDR set by hand) and
+// COURIER_BACKEND, meets the other ranks and returns a *Comm:
+//
+//	comm, err := mp.Init(ctx)
+//	if err != nil { … }
+//	defer comm.Close()
+//
+// Send, Recv, Isend, Irecv and Sendrecv are generic over the buffer: any
+// slice of a Go integer, float or complex type, or of Float16/BFloat16. The
+// element type and count come from the slice; counts are 64-bit; an empty
+// slice is a valid zero-length message.
+//
+// # Semantics
+//
+// Matching: a receive matches on (source, tag), in the order receives were
+// posted; AnySource and AnyTag are wildcards (AnyTag matches every tag a
+// user can send, never the library's own messages). Messages from one
+// sender with one tag are never overtaken.
+//
+// Completion: blocking calls return when the buffer may be reused. Isend
+// and Irecv return a *Request; its buffer belongs to the library until
+// Wait, Test, WaitAll, WaitAny or TestAll report completion. Operations
+// posted before a wait are in progress together, so exchanges that are
+// valid MPI (both ranks Isend and Irecv, then wait) never deadlock. Sending
+// to one's own rank works, blocking or not.
+//
+// Checks: the element types of sender and receiver must agree (compared as
+// the types that travel: Go's int is int64 on 64-bit platforms, uint and
+// uintptr are uint64); a message larger than the receive buffer is
+// ErrTruncate, and then Status.Count is the message's count, so the caller
+// can size a buffer. With COURIER_CHECK=1 the counts must be equal too.
+// Errors name both ranks. The receiver always gets the error; the sender of
+// a large message (one that waits for the receive: over 64 KiB on TCP) gets
+// it as well, a small one has already completed.
+//
+// Failure: a lost peer, Close and Abort end every pending request with an
+// error (ErrPeerLost, ErrClosed, ErrAborted); COURIER_TIMEOUT (or
+// WithTimeout) bounds every wait, and a wait that passes it aborts the
+// communicator with an error listing this rank's pending operations and
+// where each was called. Wildcard receives stay posted when a peer is lost:
+// another rank, or this one, may still send what they wait for.
+//
+// Errors are *OpError values wrapping the sentinels (ErrTruncate,
+// ErrMismatch, ErrPeerLost, …) that errors.Is matches. The package never
+// panics, logs or exits on a user error.
+//
+// Message calls take no context.Context: to stop work from another
+// goroutine, select on req.Done() beside ctx.Done() and call comm.Abort.
+package mp
