@@ -165,8 +165,9 @@ func BenchmarkExchange(b *testing.B) {
 		b.Run(sizeName(n), func(b *testing.B) {
 			c0, c1 := pair(b)
 			done := make(chan error, 1)
+			bufs := [2][2][]byte{{make([]byte, n), make([]byte, n)}, {make([]byte, n), make([]byte, n)}}
 			side := func(c *mp.Comm) error {
-				out, in := make([]byte, n), make([]byte, n)
+				out, in := bufs[c.Rank()][0], bufs[c.Rank()][1]
 				for i := 0; i < b.N; i++ {
 					r := mp.Irecv(c, in, 1-c.Rank(), 0)
 					s := mp.Isend(c, out, 1-c.Rank(), 0)
