@@ -30,15 +30,30 @@ type client struct {
 	err     error      // once set, every AllGather returns it
 }
 
+// otherJob marks an error that says the rendezvous reached belongs to
+// another job: it refused this rank's proof, or could not prove it knows
+// the key. A rank that read rank 0's address from a file that may be stale
+// tries again.
+type otherJob struct{ err error }
+
+func (e *otherJob) Error() string { return e.err.Error() }
+func (e *otherJob) Unwrap() error { return e.err }
+
 // join runs Connect for a rank other than 0.
 func join(ctx context.Context, job Job, key string) (*client, error) {
 	conn, err := dial(ctx, job)
 	if err != nil {
 		return nil, err
 	}
-	c := &client{conn: conn, rank: job.Rank, size: job.Size, addr: job.Addr}
+	return attach(ctx, conn, job, key, job.Addr)
+}
+
+// attach runs the handshake on conn, a connection to rank 0 at addr, and
+// returns the client, or closes conn.
+func attach(ctx context.Context, conn net.Conn, job Job, key, addr string) (*client, error) {
+	c := &client{conn: conn, rank: job.Rank, size: job.Size, addr: addr}
 	stop := watch(ctx, []net.Conn{conn})
-	err = c.handshake(key)
+	err := c.handshake(key)
 	if !stop() {
 		err = interrupted(ctx, c.rank, "rendezvous handshake")
 	}
@@ -66,8 +81,8 @@ func dial(ctx context.Context, job Job) (net.Conn, error) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("bootstrap: rank %d: rank 0 did not answer at %s: %w (last attempt: %v)",
-				job.Rank, job.Addr, context.Cause(ctx), err)
+			return nil, fmt.Errorf("bootstrap: rank %d: rank 0 did not answer at %s: %w (last attempt: %v; %s)",
+				job.Rank, job.Addr, context.Cause(ctx), err, job.said())
 		}
 		pause = min(2*pause, maxBackoff)
 	}
@@ -93,7 +108,7 @@ func (c *client) handshake(key string) error {
 		return err
 	}
 	if !auth.Verify(key, okContext, m.nonce, p, facts) {
-		return fmt.Errorf("%w: rank 0 at %s does not know this job's key (another job's rendezvous?)", ErrRefused, c.addr)
+		return &otherJob{fmt.Errorf("%w: rank 0 at %s does not know this job's key (another job's rendezvous?)", ErrRefused, c.addr)}
 	}
 	return nil
 }
@@ -119,6 +134,8 @@ func (c *client) remote(p []byte) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("bootstrap: rank %d: %s: %w", c.rank, c.addr, err)
+	case code == codeRefused && text == keyMismatch:
+		return &otherJob{fmt.Errorf("%w: %s (rank 0 at %s)", ErrRefused, text, c.addr)}
 	case code == codeRefused:
 		return fmt.Errorf("%w: %s (rank 0 at %s)", ErrRefused, text, c.addr)
 	default:

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // ErrBadEnv reports a launcher environment that cannot be right: a rank or
@@ -27,18 +28,22 @@ var ErrBadEnv = errors.New("bootstrap: bad launcher environment")
 //     host) and -1 for "manual".
 //   - Open MPI ("openmpi"): OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //     OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE; the job ID is
-//     OMPI_MCA_ess_base_jobid.
+//     OMPI_MCA_ess_base_jobid, else PMIX_NAMESPACE (Open MPI 4.1's mpirun
+//     sets both, to the same number).
 //   - PMIx ("pmix"): PMIX_RANK, with the size from PMIX_SIZE or, since PMIx
 //     does not always export one, from COURIER_SIZE; the job ID is
 //     PMIX_NAMESPACE. When neither size is set, the launchers below decide
 //     if their variables are present (srun --mpi=pmix sets Slurm's);
 //     otherwise the size is unknown and FromEnv fails.
 //   - MPICH/Hydra ("mpich"): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
-//     MPI_LOCALNRANKS; the job ID is PMI_KVSNAME, or PMI_JOBID.
+//     MPI_LOCALNRANKS; the job ID is PMI_KVSNAME, or PMI_JOBID. (Hydra sets
+//     neither: Detect asks it over PMI_FD.)
 //   - Slurm ("slurm"): SLURM_PROCID, SLURM_NTASKS (or SLURM_NPROCS),
 //     SLURM_LOCALID, and SLURM_NTASKS_PER_NODE as the local size when it is
-//     a plain integer (not "2(x3)"); the job ID is SLURM_JOB_ID, followed by
-//     "." and SLURM_STEP_ID when that is set.
+//     a plain integer (not "2(x3)"), else this node's count in srun's
+//     SLURM_STEP_TASKS_PER_NODE ("2(x3),1", indexed by SLURM_NODEID, which
+//     "2(x3)" does not need); the job ID is SLURM_JOB_ID,
+//     followed by "." and SLURM_STEP_ID when that is set.
 //   - none of them: a lone process, Rank 0 of Size 1 ("single").
 //
 // Whatever the launcher, COURIER_ADDR goes into Addr and COURIER_JOB_KEY
@@ -70,15 +75,48 @@ func FromEnv(getenv func(string) string) (Job, error) {
 	return job, nil
 }
 
-// Detect is FromEnv(os.Getenv), plus the rendezvous socket that courier run
-// hands down to rank 0: when COURIER_RENDEZVOUS_FD names an inherited,
-// listening socket (fd 3, from exec.Cmd.ExtraFiles), Detect wraps it in
-// Job.Listener on rank 0. Other ranks ignore the descriptor. A value that
-// is not a listening socket is an error wrapping ErrBadEnv.
+// Detect is FromEnv(os.Getenv), plus what only the process itself can
+// learn:
+//
+//   - the rendezvous socket that courier run hands down to rank 0: when
+//     COURIER_RENDEZVOUS_FD names an inherited, listening socket (fd 3,
+//     from exec.Cmd.ExtraFiles), Detect wraps it in Job.Listener on rank 0.
+//     Other ranks ignore the descriptor. A value that is not a listening
+//     socket is an error wrapping ErrBadEnv.
+//   - the job ID of an MPICH/Hydra launch, which Hydra does not export:
+//     with several ranks, no PMI_KVSNAME or PMI_JOBID, and PMI_FD set,
+//     Detect asks the process manager for the job's KVS name over PMI_FD
+//     (PMI-1 wire protocol: init, get_my_kvsname, finalize), and derives
+//     the key from it unless COURIER_JOB_KEY is set. When that fails,
+//     JobID stays empty; with no COURIER_ADDR either, the error is
+//     Detect's, wrapping ErrBadEnv.
+//
+// Built with -tags mpi, Detect initialises MPI (once per process) and takes
+// rank and size from MPI_COMM_WORLD (Launcher "mpi"), keeping the
+// environment's local rank and size, JobID and Key; MPI seeing this process
+// alone while the environment says the job has more ranks is an error
+// wrapping ErrBadEnv. A process started by courier run, or with
+// COURIER_RANK and COURIER_SIZE, is detected as without the tag (mpi.go).
 func Detect() (Job, error) {
+	if job, handled, err := detectMPI(); handled {
+		return job, err
+	}
 	job, err := FromEnv(os.Getenv)
 	if err != nil {
 		return Job{}, err
+	}
+	if job.Launcher == "mpich" && job.JobID == "" && job.Size > 1 && os.Getenv("PMI_FD") != "" {
+		id, err := pmiJobID(os.Getenv("PMI_FD"))
+		switch {
+		case err == nil:
+			job.JobID = id
+			if os.Getenv("COURIER_JOB_KEY") == "" {
+				job.Key = derivedKey(job.Launcher, job.JobID)
+			}
+		case job.Addr == "":
+			return Job{}, fmt.Errorf("%w: PMI_RANK=%d PMI_SIZE=%d: asking the process manager for the job ID over PMI_FD=%s: %w",
+				ErrBadEnv, job.Rank, job.Size, os.Getenv("PMI_FD"), err)
+		}
 	}
 	v := os.Getenv("COURIER_RENDEZVOUS_FD")
 	if v == "" {
@@ -131,6 +169,9 @@ type source struct {
 	localRank, localSize string // optional; "" when the launcher has none
 	jobID                string // the value, not a name
 	localIsGlobal        bool   // unset local values default to rank and size
+	// localCount is the local size when no variable gives it as a plain
+	// integer (Slurm's per-node lists); 0 when unknown.
+	localCount int
 }
 
 // envReader reads a launcher's variables and records those that decided.
@@ -154,7 +195,7 @@ func (e *envReader) pick() (source, error) {
 	case e.has("OMPI_COMM_WORLD_RANK") || e.has("OMPI_COMM_WORLD_SIZE"):
 		return source{launcher: "openmpi", rank: "OMPI_COMM_WORLD_RANK", size: "OMPI_COMM_WORLD_SIZE",
 			localRank: "OMPI_COMM_WORLD_LOCAL_RANK", localSize: "OMPI_COMM_WORLD_LOCAL_SIZE",
-			jobID: e.getenv("OMPI_MCA_ess_base_jobid")}, nil
+			jobID: e.first("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE")}, nil
 	case e.has("PMIX_RANK") && (e.has("PMIX_SIZE") || e.has("COURIER_SIZE")):
 		size := "PMIX_SIZE"
 		if !e.has(size) {
@@ -184,12 +225,56 @@ func (e *envReader) slurm() source {
 	// "2(x3),1" describes uneven nodes; only a plain count is a local size.
 	if n, err := strconv.Atoi(e.getenv("SLURM_NTASKS_PER_NODE")); err == nil && n > 0 {
 		s.localSize = "SLURM_NTASKS_PER_NODE"
+	} else {
+		s.localCount = tasksOnNode(e.getenv("SLURM_STEP_TASKS_PER_NODE"), e.getenv("SLURM_NODEID"))
 	}
 	s.jobID = e.getenv("SLURM_JOB_ID")
 	if step := e.getenv("SLURM_STEP_ID"); step != "" {
 		s.jobID += "." + step
 	}
 	return s
+}
+
+// tasksOnNode reads a Slurm task count list such as "2(x3),1" (three nodes
+// of 2 tasks, then one of 1) and returns the count of node nodeID, or of
+// the only kind of node when the list has one; 0 when it cannot tell.
+func tasksOnNode(list, nodeID string) int {
+	if list == "" {
+		return 0
+	}
+	node := -1
+	if nodeID != "" {
+		n, err := strconv.Atoi(nodeID)
+		if err != nil || n < 0 {
+			return 0
+		}
+		node = n
+	}
+	items := strings.Split(list, ",")
+	for _, item := range items {
+		count, times := item, "1"
+		if open := strings.IndexByte(item, '('); open >= 0 {
+			if !strings.HasPrefix(item[open:], "(x") || !strings.HasSuffix(item, ")") {
+				return 0
+			}
+			count, times = item[:open], item[open+2:len(item)-1]
+		}
+		c, err1 := strconv.Atoi(count)
+		m, err2 := strconv.Atoi(times)
+		if err1 != nil || err2 != nil || c < 1 || m < 1 {
+			return 0
+		}
+		switch {
+		case node < 0 && len(items) == 1:
+			return c
+		case node < 0:
+			return 0
+		case node < m:
+			return c
+		}
+		node -= m
+	}
+	return 0
 }
 
 // first returns the value of the first of names that is set.
@@ -218,6 +303,13 @@ func (e *envReader) read(s source) (Job, error) {
 	localRank, localSize, err = e.local(s.localRank, s.localSize, localRank, localSize)
 	if err != nil {
 		return Job{}, err
+	}
+	if s.localCount > 0 {
+		if localRank >= s.localCount {
+			return Job{}, fmt.Errorf("%w: local rank %d is not below this node's task count %d (%s, %s, %s)", ErrBadEnv,
+				localRank, s.localCount, e.pair(s.localRank), e.pair("SLURM_STEP_TASKS_PER_NODE"), e.pair("SLURM_NODEID"))
+		}
+		localSize = s.localCount
 	}
 	return Job{Rank: rank, Size: size, LocalRank: localRank, LocalSize: localSize,
 		Launcher: s.launcher, JobID: s.jobID, Vars: e.vars}, nil

@@ -64,6 +64,13 @@ func TestFromEnv(t *testing.T) {
 				Vars: []string{"OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=8"}},
 		},
 		{
+			name: "openmpi with the job ID in PMIX_NAMESPACE only",
+			env: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+				"PMIX_NAMESPACE": "779616257", "PMIX_RANK": "1"},
+			want: Job{Rank: 1, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "openmpi", JobID: "779616257",
+				Vars: []string{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2"}},
+		},
+		{
 			name: "openmpi without local",
 			env:  map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"},
 			want: Job{Rank: 0, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "openmpi",
@@ -114,6 +121,20 @@ func TestFromEnv(t *testing.T) {
 				"SLURM_NTASKS_PER_NODE": "3(x2),1", "SLURM_JOB_ID": "4242"},
 			want: Job{Rank: 2, Size: 7, LocalRank: 2, LocalSize: -1, Launcher: "slurm", JobID: "4242",
 				Vars: []string{"SLURM_PROCID=2", "SLURM_NPROCS=7"}},
+		},
+		{
+			name: "slurm step over uneven nodes",
+			env: map[string]string{"SLURM_PROCID": "6", "SLURM_NTASKS": "7", "SLURM_LOCALID": "0", "SLURM_NODEID": "2",
+				"SLURM_NTASKS_PER_NODE": "3(x2),1", "SLURM_STEP_TASKS_PER_NODE": "3(x2),1", "SLURM_JOB_ID": "4242"},
+			want: Job{Rank: 6, Size: 7, LocalRank: 0, LocalSize: 1, Launcher: "slurm", JobID: "4242",
+				Vars: []string{"SLURM_PROCID=6", "SLURM_NTASKS=7"}},
+		},
+		{
+			name: "slurm step on one node",
+			env: map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "3", "SLURM_LOCALID": "1",
+				"SLURM_STEP_TASKS_PER_NODE": "3", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"},
+			want: Job{Rank: 1, Size: 3, LocalRank: 1, LocalSize: 3, Launcher: "slurm", JobID: "4242.0",
+				Vars: []string{"SLURM_PROCID=1", "SLURM_NTASKS=3"}},
 		},
 		{
 			name: "empty values are unset",
@@ -205,6 +226,10 @@ func TestFromEnvErrors(t *testing.T) {
 		{"slurm local rank not below tasks per node", map[string]string{"SLURM_PROCID": "3", "SLURM_NTASKS": "4",
 			"SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "2"},
 			[]string{"local rank 3 is not below local size 2"}},
+		{"slurm local rank not below the step's tasks on this node", map[string]string{"SLURM_PROCID": "3", "SLURM_NTASKS": "4",
+			"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_NODEID": "1"},
+			[]string{"local rank 2 is not below this node's task count 2", "SLURM_LOCALID=2",
+				"SLURM_STEP_TASKS_PER_NODE=2(x2)", "SLURM_NODEID=1"}},
 		{"non-integer local rank", map[string]string{"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "x"},
 			[]string{`MPI_LOCALRANKID="x" is not an integer`}},
 		{"negative local rank", map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "-1"},
@@ -292,5 +317,36 @@ func TestFromEnvAddrAndKey(t *testing.T) {
 	}
 	if a0.Key == b0.Key {
 		t.Errorf("jobs 17 and 18 derive the same key %q", a0.Key)
+	}
+}
+
+func TestTasksOnNode(t *testing.T) {
+	for _, c := range []struct {
+		list, node string
+		want       int
+	}{
+		{"4", "", 4},
+		{"4", "0", 4},
+		{"4", "1", 0},    // no node 1
+		{"2(x3)", "", 2}, // every node has 2
+		{"2(x3)", "0", 2},
+		{"2(x3)", "2", 2},
+		{"2(x3)", "3", 0},
+		{"3(x2),1", "1", 3},
+		{"3(x2),1", "2", 1},
+		{"1,2,3", "1", 2},
+		{"1,2,3", "", 0},
+		{"", "0", 0},
+		{"2(x)", "0", 0},
+		{"2(3)", "0", 0},
+		{"x", "0", 0},
+		{"0", "0", 0},
+		{"2(x0)", "0", 0},
+		{"4", "-1", 0},
+		{"4", "one", 0},
+	} {
+		if got := tasksOnNode(c.list, c.node); got != c.want {
+			t.Errorf("tasksOnNode(%q, %q) = %d, want %d", c.list, c.node, got, c.want)
+		}
 	}
 }

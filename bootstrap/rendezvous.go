@@ -5,14 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/courier-mp/courier/internal/netaddr"
 )
 
 var (
 	// ErrNoRendezvous reports a job of several ranks with no way to meet:
-	// no COURIER_ADDR, no listener handed down by courier run, no MPI.
+	// no COURIER_ADDR, no listener handed down by courier run, no MPI, and
+	// no address file to meet through (a launch by hand, a launcher that
+	// gave no job ID, or ranks on several hosts). The error that wraps it
+	// says what to set.
 	ErrNoRendezvous = errors.New("bootstrap: no rendezvous for a job of several ranks: " +
 		"set COURIER_ADDR=host:port of rank 0 on every rank, or launch with courier run, or build with -tags mpi")
 
@@ -57,13 +63,50 @@ var aLongTimeAgo = time.Unix(1, 0)
 // rank 0 serves the rendezvous on job.Listener, or else listens on
 // job.Addr; the other ranks dial job.Addr, retrying while rank 0 is not
 // listening yet. Connect takes job.Listener over: it is closed once every
-// rank has joined, or when Connect fails. Without either, Connect returns
-// an error wrapping ErrNoRendezvous. When Key is empty, the key FromEnv
-// would derive from Launcher and JobID is used.
+// rank has joined, or when Connect fails.
+//
+// Without either, a job started by Open MPI's mpirun, MPICH's mpiexec,
+// PMIx or Slurm (Launcher "openmpi", "mpich", "pmix", "slurm") meets on
+// one host through a file: rank 0 listens on a free port of loopback (or
+// of COURIER_IFACE) and publishes host:port in
+// <os.TempDir()>/courier-<uid>/<launcher>-<job ID>.addr, which it removes
+// once it stops listening; the other ranks read the file and join,
+// reading it again until ctx ends (an earlier job's file names a port that
+// refuses them). That needs JobID, and all ranks on this host: when
+// LocalSize says some are elsewhere, or there is no JobID, or the launch
+// is by hand, Connect returns an error wrapping ErrNoRendezvous that says
+// what to set.
+//
+// With Size > 1, COURIER_IFACE (from the process environment) is checked
+// first, before any wait: a value that names no interface or address of
+// this host, or an interface without an address, is an error wrapping
+// ErrBadEnv that names the value and lists the host's interfaces.
+//
+// When Key is empty, the key FromEnv would derive from Launcher and JobID
+// is used. When rank 0 gives up waiting, its error names the launcher's
+// variables (Vars) and the missing ranks; when none came at all, it says
+// this process may have been started alone.
 //
 // ctx bounds Connect only; each AllGather takes its own.
+//
+// Built with -tags mpi, a Job with Launcher "mpi" (from Detect) meets over
+// MPI: the Exchanger's AllGather runs over MPI, its Close leaves MPI
+// running, and it has a Finalize() error method, which is the package's
+// Finalize (mp.Comm.Close calls it) and ends MPI.
 func Connect(ctx context.Context, job Job) (Exchanger, error) {
+	if ex, handled, err := connectMPI(ctx, job); handled {
+		return ex, err
+	}
+	return connect(ctx, job, defaultRunDir())
+}
+
+// connect is Connect with the directory of the address files given.
+func connect(ctx context.Context, job Job, dir string) (Exchanger, error) {
 	err := job.check()
+	var iface string
+	if err == nil && job.Size > 1 {
+		iface, err = ifaceHost()
+	}
 	if job.Listener != nil && (err != nil || job.Rank != 0 || job.Size == 1) {
 		job.Listener.Close()
 		job.Listener = nil
@@ -78,6 +121,8 @@ func Connect(ctx context.Context, job Job) (Exchanger, error) {
 	switch {
 	case job.Size == 1:
 		return &single{}, nil
+	case job.Addr == "" && job.Listener == nil && discoverable(job.Launcher):
+		return discover(ctx, job, key, dir, iface)
 	case job.Addr == "" && job.Listener == nil:
 		return nil, noRendezvous(job)
 	case job.Rank == 0:
@@ -85,6 +130,35 @@ func Connect(ctx context.Context, job Job) (Exchanger, error) {
 	default:
 		return exchanger(join(ctx, job, key))
 	}
+}
+
+// ifaceHost resolves COURIER_IFACE: "" when it is unset.
+func ifaceHost() (string, error) {
+	v := os.Getenv(netaddr.Var)
+	if strings.TrimSpace(v) == "" {
+		return "", nil
+	}
+	host, err := netaddr.Resolve(v)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadEnv, err)
+	}
+	return host, nil
+}
+
+// said describes the launch for error messages: the launcher, its job ID,
+// and the variables that decided rank and size.
+func (j *Job) said() string {
+	s := fmt.Sprintf("launcher %q", j.Launcher)
+	if j.JobID != "" {
+		s += fmt.Sprintf(", job ID %q", j.JobID)
+	}
+	if len(j.Vars) > 0 {
+		s += ": " + strings.Join(j.Vars, " ")
+	}
+	if j.LocalSize > 0 {
+		s += fmt.Sprintf(", local size %d", j.LocalSize)
+	}
+	return s
 }
 
 // exchanger returns e as an Exchanger, or a nil one on error (not an

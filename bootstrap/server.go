@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +25,10 @@ type server struct {
 	err     error      // once set, every AllGather returns it
 }
 
+// keyMismatch is the text of the refusal of a process that does not know
+// the job's key.
+const keyMismatch = "connection from another job: job key mismatch"
+
 // joiner is a connection whose rank has proved it knows the key, or the
 // error that stopped accepting.
 type joiner struct {
@@ -45,6 +50,9 @@ func serve(ctx context.Context, job Job, key string) (*server, error) {
 	}
 	s := &server{key: key, size: job.Size, conns: make([]net.Conn, job.Size)}
 	if err := s.admit(ctx, ln); err != nil {
+		if errors.Is(err, ErrPeerLost) && ctx.Err() != nil {
+			err = fmt.Errorf("%w; %s", err, s.waited(job))
+		}
 		return nil, err
 	}
 	return s, nil
@@ -120,9 +128,8 @@ func (s *server) challenge(c net.Conn) (authMsg, error) {
 		return authMsg{}, err
 	}
 	if !auth.Verify(s.key, proveContext, nonce, m.proof[:], rankSize(m.rank, m.size)) {
-		const text = "connection from another job: job key mismatch"
-		refuse(c, codeRefused, text)
-		return authMsg{}, fmt.Errorf("%w: %s", ErrRefused, text)
+		refuse(c, codeRefused, keyMismatch)
+		return authMsg{}, fmt.Errorf("%w: %s", ErrRefused, keyMismatch)
 	}
 	return m, nil
 }
@@ -179,6 +186,17 @@ func (s *server) seat(j joiner) (seated bool, refusal string) {
 	j.conn.SetWriteDeadline(time.Time{})
 	s.conns[j.msg.rank] = j.conn
 	return true, ""
+}
+
+// waited explains, after rank 0 gave up waiting, what the launcher said,
+// and when no rank came at all, that this process may be alone.
+func (s *server) waited(job Job) string {
+	if len(s.absent()) < s.size-1 {
+		return job.said()
+	}
+	return fmt.Sprintf("no other rank joined, although the launcher said there are %d (%s): "+
+		"was this process started alone, with a launcher's variables it inherited, "+
+		"or did the other ranks fail before they joined?", s.size, job.said())
 }
 
 // absent lists the ranks that have not joined.

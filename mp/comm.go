@@ -279,12 +279,20 @@ func (c *Comm) Checked() bool { return c != nil && c.check }
 // Close leaves the communicator: pending requests end with ErrClosed, peers
 // are told this rank left, and every goroutine the communicator started has
 // returned when Close returns. Close is idempotent and returns the same
-// error every time.
+// error every time. It then calls bootstrap.Finalize, which in a build with
+// -tags mpi ends MPI in this process (MPI cannot start again afterwards), and
+// does nothing otherwise; its error is joined to the backend's.
 func (c *Comm) Close() error {
 	if c == nil {
 		return nil
 	}
-	c.closeOnce.Do(func() { c.closeErr = c.opErr("close", -1, -1, c.conn.Close()) })
+	c.closeOnce.Do(func() {
+		err := c.conn.Close()
+		if ferr := bootstrap.Finalize(); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		c.closeErr = c.opErr("close", -1, -1, err)
+	})
 	return c.closeErr
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/internal/auth"
+	"github.com/courier-mp/courier/internal/netaddr"
 )
 
 func init() { backend.Register("tcp", Driver{}) }
@@ -212,40 +213,13 @@ func listenHost(cfg backend.Config) (string, error) {
 	return u.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 
-// ifaceAddr resolves COURIER_IFACE.
+// ifaceAddr resolves COURIER_IFACE (see netaddr.Resolve).
 func ifaceAddr(iface string) (string, error) {
-	if ip := net.ParseIP(iface); ip != nil {
-		return iface, nil
-	}
-	ifi, err := net.InterfaceByName(iface)
+	host, err := netaddr.Resolve(iface)
 	if err != nil {
-		var names []string
-		if all, e := net.Interfaces(); e == nil {
-			for _, i := range all {
-				names = append(names, i.Name)
-			}
-		}
-		return "", fmt.Errorf("%w: COURIER_IFACE=%s: no such interface (this host has: %s)", backend.ErrInvalid, iface, strings.Join(names, ", "))
+		return "", fmt.Errorf("%w: %w", backend.ErrInvalid, err)
 	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return "", fmt.Errorf("%w: COURIER_IFACE=%s: %v", backend.ErrInvalid, iface, err)
-	}
-	var v6 string
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if n.IP.To4() != nil {
-				return n.IP.String(), nil
-			}
-			if v6 == "" && !n.IP.IsLinkLocalUnicast() {
-				v6 = n.IP.String()
-			}
-		}
-	}
-	if v6 != "" {
-		return v6, nil
-	}
-	return "", fmt.Errorf("%w: COURIER_IFACE=%s: the interface has no usable address", backend.ErrInvalid, iface)
+	return host, nil
 }
 
 // Close implements backend.Conn: pending operations end with ErrClosed,

@@ -1,0 +1,26 @@
+package bootstrap
+
+import "testing"
+
+// launcherVars are every variable FromEnv and Detect read; Detect's tests
+// blank them so that the environment the tests run in cannot interfere.
+var launcherVars = []string{
+	"COURIER_RANK", "COURIER_SIZE", "COURIER_LOCAL_RANK", "COURIER_LOCAL_SIZE", "COURIER_JOB_KEY",
+	"COURIER_ADDR", "COURIER_RENDEZVOUS_FD",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+	"OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
+	"PMIX_RANK", "PMIX_SIZE", "PMIX_NAMESPACE",
+	"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_KVSNAME", "PMI_JOBID",
+	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+	"SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID", "PMI_FD",
+}
+
+func setEnv(t *testing.T, vars map[string]string) {
+	t.Helper()
+	for _, k := range launcherVars {
+		t.Setenv(k, "")
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+}
