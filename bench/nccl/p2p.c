@@ -1,0 +1,122 @@
+/*
+ * p2p.c: NCCL point-to-point written directly in C, the floor courier's NCCL
+ * backend is measured against. Two ranks under mpirun, one GPU each (the
+ * local rank picks it); MPI only broadcasts the unique ID.
+ *
+ *   latency   - blocking ping-pong of one message (send, synchronize, then
+ *               receive, synchronize), one way = half the round trip;
+ *   bandwidth - `iters` back-to-back sends of one size on one stream, then
+ *               one synchronize; the receiver mirrors with receives;
+ *   init      - ncclCommInitRank, measured on rank 0.
+ *
+ * Build and run on the GPU machine:
+ *   mpicc -O2 -o p2p p2p.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart -lnccl
+ *   mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 ./p2p
+ */
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK_CUDA(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+	fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
+#define CHECK_NCCL(x) do { ncclResult_t r = (x); if (r != ncclSuccess) { \
+	fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, ncclGetErrorString(r)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
+
+static int rank;
+static ncclComm_t comm;
+static cudaStream_t stream;
+
+static double now(void) { return MPI_Wtime(); }
+
+static double latency(char *buf, size_t n, int iters) {
+	int peer = 1 - rank;
+	double start = 0;
+	for (int i = -10; i < iters; i++) {
+		if (i == 0) start = now();
+		if (rank == 0) {
+			CHECK_NCCL(ncclSend(buf, n, ncclUint8, peer, comm, stream));
+			CHECK_CUDA(cudaStreamSynchronize(stream));
+			CHECK_NCCL(ncclRecv(buf, n, ncclUint8, peer, comm, stream));
+			CHECK_CUDA(cudaStreamSynchronize(stream));
+		} else {
+			CHECK_NCCL(ncclRecv(buf, n, ncclUint8, peer, comm, stream));
+			CHECK_CUDA(cudaStreamSynchronize(stream));
+			CHECK_NCCL(ncclSend(buf, n, ncclUint8, peer, comm, stream));
+			CHECK_CUDA(cudaStreamSynchronize(stream));
+		}
+	}
+	return (now() - start) / (2.0 * iters);
+}
+
+static double bandwidth(char *buf, size_t n, int iters) {
+	int peer = 1 - rank;
+	MPI_Barrier(MPI_COMM_WORLD);
+	double start = now();
+	for (int i = 0; i < iters; i++) {
+		if (rank == 0) CHECK_NCCL(ncclSend(buf, n, ncclUint8, peer, comm, stream));
+		else CHECK_NCCL(ncclRecv(buf, n, ncclUint8, peer, comm, stream));
+	}
+	CHECK_CUDA(cudaStreamSynchronize(stream));
+	double t = now() - start;
+	double worst;
+	MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	return (double)n * iters / worst;
+}
+
+int main(int argc, char **argv) {
+	MPI_Init(&argc, &argv);
+	int size;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	if (size != 2) {
+		if (rank == 0) fprintf(stderr, "p2p needs 2 ranks\n");
+		MPI_Abort(MPI_COMM_WORLD, 2);
+	}
+	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	CHECK_CUDA(cudaSetDevice(lr ? atoi(lr) : rank));
+	CHECK_CUDA(cudaFree(0));
+	CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+	ncclUniqueId id;
+	if (rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
+	MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+	MPI_Barrier(MPI_COMM_WORLD);
+	double t0 = now();
+	CHECK_NCCL(ncclCommInitRank(&comm, 2, id, rank));
+	double init = now() - t0;
+	size_t maxn = (size_t)512 << 20;
+	char *buf;
+	CHECK_CUDA(cudaMalloc((void **)&buf, maxn));
+	CHECK_CUDA(cudaMemset(buf, rank, maxn));
+	/* First contact in both directions, symmetric, before timing. */
+	CHECK_NCCL(ncclGroupStart());
+	CHECK_NCCL(ncclSend(buf, 1, ncclUint8, 1 - rank, comm, stream));
+	CHECK_NCCL(ncclRecv(buf + 1, 1, ncclUint8, 1 - rank, comm, stream));
+	CHECK_NCCL(ncclGroupEnd());
+	CHECK_CUDA(cudaStreamSynchronize(stream));
+	if (rank == 0) {
+		int v;
+		ncclGetVersion(&v);
+		printf("# C + NCCL %d, 2 ranks\n", v);
+		printf("%-10s %12s %14s %10s\n", "kind", "bytes", "latency (µs)", "GB/s");
+		printf("%-10s %12s %14.1f %10s\n", "init", "-", init * 1e6, "-");
+	}
+	size_t lat[] = {8, 128 << 10};
+	for (int i = 0; i < 2; i++) {
+		double t = latency(buf, lat[i], 2000);
+		if (rank == 0) printf("%-10s %12zu %14.2f %10.3f\n", "latency", lat[i], t * 1e6, lat[i] / t / 1e9);
+	}
+	size_t bw[] = {(size_t)2 << 20, (size_t)32 << 20, (size_t)128 << 20, (size_t)512 << 20};
+	for (int i = 0; i < 4; i++) {
+		int iters = (int)(((size_t)8 << 30) / bw[i]);
+		if (iters > 200) iters = 200;
+		bandwidth(buf, bw[i], 3); /* warm up */
+		double b = bandwidth(buf, bw[i], iters);
+		if (rank == 0) printf("%-10s %12zu %14s %10.3f\n", "bandwidth", bw[i], "-", b / 1e9);
+	}
+	CHECK_CUDA(cudaFree(buf));
+	ncclCommDestroy(comm);
+	MPI_Finalize();
+	return 0;
+}
