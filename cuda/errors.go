@@ -1,0 +1,79 @@
+package cuda
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Error is a CUDA driver error: the result code a driver function
+// returned, with the driver's own name and description of it.
+//
+// An Error whose code means that CUDA cannot work on this machine at all
+// (no device, a driver too old for the library, the stub library, a
+// feature the device lacks) matches backend.ErrNotSupported with
+// errors.Is. Others match nothing but themselves: compare Code, or Name,
+// after errors.As.
+type Error struct {
+	Code int    // the CUresult, e.g. 2
+	Name string // the driver's name for it, e.g. "CUDA_ERROR_OUT_OF_MEMORY"
+	Msg  string // the driver's description, e.g. "out of memory"
+	Op   string // the driver function that returned it, e.g. "cuMemAlloc"
+	// Log is the JIT compiler's error log when LoadPTX fails (empty
+	// otherwise).
+	Log string
+}
+
+// Error returns "cuda: Op: NAME (code): description", and the JIT log on
+// the lines after it when there is one.
+func (e *Error) Error() string {
+	s := "cuda: " + e.Op + ": " + e.Name + " (" + strconv.Itoa(e.Code) + "): " + e.Msg
+	if e.Log != "" {
+		s += "\n" + e.Log
+	}
+	return s
+}
+
+// Is reports whether e matches target: backend.ErrNotSupported for the
+// codes that say CUDA cannot run here.
+func (e *Error) Is(target error) bool {
+	if target != backend.ErrNotSupported {
+		return false
+	}
+	switch e.Code {
+	case cudaErrorStubLibrary, cudaErrorInsufficientDriver, cudaErrorNoDevice,
+		cudaErrorNotSupported, cudaErrorSystemDriverMismatch, cudaErrorCompatNotSupportedOnDevice:
+		return true
+	}
+	return false
+}
+
+// fill names codes the driver could not name.
+func (e *Error) fill() *Error {
+	if e.Name == "" {
+		e.Name = "CUresult(" + strconv.Itoa(e.Code) + ")"
+	}
+	if e.Msg == "" {
+		e.Msg = "unknown error"
+	}
+	return e
+}
+
+// CUresult values the package treats specially (from cuda.h).
+const (
+	cudaErrorInvalidValue               = 1
+	cudaErrorStubLibrary                = 34
+	cudaErrorInsufficientDriver         = 35
+	cudaErrorNoDevice                   = 100
+	cudaErrorNotReady                   = 600
+	cudaErrorNotSupported               = 801
+	cudaErrorSystemDriverMismatch       = 803
+	cudaErrorCompatNotSupportedOnDevice = 804
+)
+
+// errInvalid is an argument error, found before any driver call; it
+// matches backend.ErrInvalid.
+func errInvalid(op, format string, args ...any) error {
+	return fmt.Errorf("cuda: %s: %s: %w", op, fmt.Sprintf(format, args...), backend.ErrInvalid)
+}

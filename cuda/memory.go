@@ -1,0 +1,485 @@
+package cuda
+
+import (
+	"math"
+	"slices"
+	"sync"
+)
+
+// Elem is the constraint on element types of device and pinned memory:
+// Go's integer, floating-point and complex types and types defined on them
+// (such as mp.Float16, a uint16).
+type Elem interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 |
+		~int | ~uint | ~uintptr | ~float32 | ~float64 | ~complex64 | ~complex128
+}
+
+// Slice is a run of n elements of type T in one device's memory. The CPU
+// cannot read or write it: data moves with the Copy functions, and kernels
+// and NCCL take its device pointer ([Slice.Ptr]).
+//
+// A Slice is a small value (pointer, length, device), copied freely; all
+// copies denote the same memory. The zero Slice is an empty slice on
+// device 0 and needs no Free.
+type Slice[T Elem] struct {
+	ptr uintptr // CUdeviceptr of the first element; 0 for an allocation of 0 elements
+	n   int64
+	dev Device
+}
+
+// devicePtr lets Launch take any Slice[T] as a kernel argument.
+func (s Slice[T]) devicePtr() uintptr { return s.ptr }
+
+// devicePointer is implemented by every Slice[T].
+type devicePointer interface{ devicePtr() uintptr }
+
+// Alloc allocates n elements of device memory on device d (cuMemAlloc).
+// The memory is not initialized; see [Memset]. n == 0 is valid: the Slice
+// is empty, Ptr() is 0 and nothing is allocated. It blocks the CPU only
+// for the allocation, not for work queued on the device.
+//
+// The memory is freed only by [Slice.Free]: the garbage collector does not
+// know about it.
+func Alloc[T Elem](d Device, n int64) (Slice[T], error) {
+	const op = "Alloc"
+	size := elemSize[T]()
+	if n < 0 {
+		return Slice[T]{}, errInvalid(op, "negative length %d", n)
+	}
+	if n > math.MaxInt64/size {
+		return Slice[T]{}, errInvalid(op, "length %d is too large", n)
+	}
+	l, err := getLib()
+	if err != nil {
+		return Slice[T]{}, err
+	}
+	if n == 0 {
+		if _, err := l.device(d, op); err != nil {
+			return Slice[T]{}, err
+		}
+		return Slice[T]{dev: d}, nil
+	}
+	ctx, err := l.context(d, op)
+	if err != nil {
+		return Slice[T]{}, err
+	}
+	p, err := l.drv.memAlloc(ctx, n*size)
+	if err != nil {
+		return Slice[T]{}, err
+	}
+	l.mem.addDevice(p, n*size)
+	return Slice[T]{ptr: p, n: n, dev: d}, nil
+}
+
+// Free releases memory that [Alloc] returned (cuMemFree). Work queued on
+// a [Stream] that uses the memory must have finished first (synchronize
+// the stream); the call itself may block the CPU until the device is idle.
+// Freeing an empty Slice does nothing. Freeing anything but a whole
+// allocation (a sub-slice), or one twice, is an error matching
+// backend.ErrInvalid: the package keeps a table of live allocations.
+func (s Slice[T]) Free() error {
+	const op = "Slice.Free"
+	if s.ptr == 0 && s.n == 0 {
+		return nil
+	}
+	l, ctx, err := ctxFor(s.dev, op)
+	if err != nil {
+		return err
+	}
+	bytes := s.n * elemSize[T]()
+	if !l.mem.takeDevice(s.ptr, bytes) {
+		return errInvalid(op, "%#x (%d bytes) is not a live allocation: freed twice, or a sub-slice", s.ptr, bytes)
+	}
+	if err := l.drv.memFree(ctx, s.ptr); err != nil {
+		l.mem.addDevice(s.ptr, bytes)
+		return err
+	}
+	return nil
+}
+
+// Len returns the number of elements.
+func (s Slice[T]) Len() int64 { return s.n }
+
+// Ptr returns the device address of the first element (a CUdeviceptr), to
+// pass to C code or kernels; 0 for an empty allocation.
+func (s Slice[T]) Ptr() uintptr { return s.ptr }
+
+// Device returns the device that holds the memory.
+func (s Slice[T]) Device() Device { return s.dev }
+
+// Sub returns the elements [from, to) of s as a Slice sharing its memory,
+// like s[from:to] on a Go slice. Bounds outside 0 <= from <= to <= Len()
+// are an error matching backend.ErrInvalid. A sub-slice must not be
+// freed; free the Slice that Alloc returned.
+func (s Slice[T]) Sub(from, to int64) (Slice[T], error) {
+	if from < 0 || to < from || to > s.n {
+		return Slice[T]{}, errInvalid("Slice.Sub", "bounds [%d:%d] out of range for length %d", from, to, s.n)
+	}
+	p := s.ptr
+	if p != 0 {
+		p += uintptr(from * elemSize[T]())
+	}
+	return Slice[T]{ptr: p, n: to - from, dev: s.dev}, nil
+}
+
+// CopyToDevice copies src into dst (cuMemcpyHtoD). Their lengths must be
+// equal. It blocks the CPU until the copy is complete: src may be reused,
+// and work queued afterwards on any stream sees the data. It runs on the
+// device's legacy default stream, so it does not wait for work already
+// queued on a [Stream] (synchronize that stream first if the work uses
+// dst).
+func CopyToDevice[T Elem](dst Slice[T], src []T) error {
+	const op = "CopyToDevice"
+	if int64(len(src)) != dst.n {
+		return errInvalid(op, "destination has %d elements, source %d", dst.n, len(src))
+	}
+	if dst.n == 0 {
+		return nil
+	}
+	l, ctx, err := ctxFor(dst.dev, op)
+	if err != nil {
+		return err
+	}
+	return l.drv.memcpyHtoD(ctx, dst.ptr, asBytes(src))
+}
+
+// CopyToHost copies src into dst (cuMemcpyDtoH). Their lengths must be
+// equal. It blocks the CPU until the copy is complete: dst holds the data
+// when it returns. Like [CopyToDevice], it does not wait for work already
+// queued on a [Stream].
+func CopyToHost[T Elem](dst []T, src Slice[T]) error {
+	const op = "CopyToHost"
+	if int64(len(dst)) != src.n {
+		return errInvalid(op, "destination has %d elements, source %d", len(dst), src.n)
+	}
+	if src.n == 0 {
+		return nil
+	}
+	l, ctx, err := ctxFor(src.dev, op)
+	if err != nil {
+		return err
+	}
+	return l.drv.memcpyDtoH(ctx, asBytes(dst), src.ptr)
+}
+
+// CopyDevice copies src into dst, on one device (cuMemcpyDtoD) or between
+// two (cuMemcpyPeerAsync, which uses NVLink or PCIe peer access where
+// available and stages through the host otherwise). Their lengths must be
+// equal. It blocks the CPU until the copy is complete, so both may be
+// reused, and work queued afterwards sees the data, when it returns. It
+// runs on the legacy default stream of dst's device and does not wait for
+// work already queued on a [Stream].
+func CopyDevice[T Elem](dst, src Slice[T]) error {
+	const op = "CopyDevice"
+	if dst.n != src.n {
+		return errInvalid(op, "destination has %d elements, source %d", dst.n, src.n)
+	}
+	if dst.n == 0 {
+		return nil
+	}
+	l, dctx, err := ctxFor(dst.dev, op)
+	if err != nil {
+		return err
+	}
+	bytes := dst.n * elemSize[T]()
+	if dst.dev == src.dev {
+		return l.drv.memcpyDtoD(dctx, dst.ptr, src.ptr, bytes)
+	}
+	sctx, err := l.context(src.dev, op)
+	if err != nil {
+		return err
+	}
+	return l.drv.memcpyPeer(dctx, dst.ptr, sctx, src.ptr, bytes)
+}
+
+// Memset sets every byte of s to byteValue (cuMemsetD8): 0 zeroes any
+// element type. It blocks the CPU until the memory is set; like the
+// blocking copies it does not wait for work already queued on a [Stream].
+func Memset[T Elem](s Slice[T], byteValue uint8) error {
+	const op = "Memset"
+	if s.n == 0 {
+		return nil
+	}
+	l, ctx, err := ctxFor(s.dev, op)
+	if err != nil {
+		return err
+	}
+	return l.drv.memsetD8(ctx, s.ptr, byteValue, s.n*elemSize[T]())
+}
+
+// CopyToDeviceAsync queues a copy of src into dst on stream s
+// (cuMemcpyHtoDAsync): the GPU runs it after the work queued on s before
+// it. Lengths must be equal, and s must be on dst's device.
+//
+// When src lies in page-locked memory from [HostAlloc], the call returns
+// at once without waiting, and src must not be changed or freed until the
+// copy has run (s.Synchronize, or an [Event] recorded after it has fired).
+// Any other src (ordinary Go memory) cannot be read by the GPU
+// asynchronously, nor kept by C past the call, so the call waits until s
+// has finished the copy (and therefore the work queued before it): src may
+// be reused when it returns. Use pinned memory for copies that overlap
+// with computation.
+func CopyToDeviceAsync[T Elem](dst Slice[T], src []T, s *Stream) error {
+	const op = "CopyToDeviceAsync"
+	if int64(len(src)) != dst.n {
+		return errInvalid(op, "destination has %d elements, source %d", dst.n, len(src))
+	}
+	h, err := s.use(op, dst.dev)
+	if err != nil || dst.n == 0 {
+		return err
+	}
+	b := asBytes(src)
+	wait := !s.l.mem.pinned(hostAddr(b), int64(len(b)))
+	return s.l.drv.memcpyHtoDAsync(s.ctx, dst.ptr, b, h, wait)
+}
+
+// CopyToHostAsync queues a copy of src into dst on stream s
+// (cuMemcpyDtoHAsync). Lengths must be equal, and s must be on src's
+// device.
+//
+// When dst lies in page-locked memory from [HostAlloc], the call returns
+// at once; dst holds the data only once the copy has run (s.Synchronize,
+// or an [Event] recorded after it has fired), and must not be read,
+// changed or freed before. Any other dst (ordinary Go memory) makes the
+// call wait until s has finished the copy, so dst holds the data when it
+// returns.
+func CopyToHostAsync[T Elem](dst []T, src Slice[T], s *Stream) error {
+	const op = "CopyToHostAsync"
+	if int64(len(dst)) != src.n {
+		return errInvalid(op, "destination has %d elements, source %d", len(dst), src.n)
+	}
+	h, err := s.use(op, src.dev)
+	if err != nil || src.n == 0 {
+		return err
+	}
+	b := asBytes(dst)
+	wait := !s.l.mem.pinned(hostAddr(b), int64(len(b)))
+	return s.l.drv.memcpyDtoHAsync(s.ctx, b, src.ptr, h, wait)
+}
+
+// CopyDeviceAsync queues a copy of src into dst on stream s, on one device
+// (cuMemcpyDtoDAsync) or between two (cuMemcpyPeerAsync). Lengths must be
+// equal, and s must be on dst's or src's device. It returns at once;
+// neither buffer may be freed, nor dst read, until the copy has run.
+func CopyDeviceAsync[T Elem](dst, src Slice[T], s *Stream) error {
+	const op = "CopyDeviceAsync"
+	if dst.n != src.n {
+		return errInvalid(op, "destination has %d elements, source %d", dst.n, src.n)
+	}
+	dev := dst.dev
+	if s != nil && s.dev == src.dev {
+		dev = src.dev
+	}
+	h, err := s.use(op, dev)
+	if err != nil || dst.n == 0 {
+		return err
+	}
+	bytes := dst.n * elemSize[T]()
+	if dst.dev == src.dev {
+		return s.l.drv.memcpyDtoDAsync(s.ctx, dst.ptr, src.ptr, bytes, h)
+	}
+	dctx, err := s.l.context(dst.dev, op)
+	if err != nil {
+		return err
+	}
+	sctx, err := s.l.context(src.dev, op)
+	if err != nil {
+		return err
+	}
+	return s.l.drv.memcpyPeerAsync(s.ctx, dctx, dst.ptr, sctx, src.ptr, bytes, h)
+}
+
+// MemsetAsync queues setting every byte of dst to byteValue on stream s
+// (cuMemsetD8Async); s must be on dst's device. It returns at once.
+func MemsetAsync[T Elem](dst Slice[T], byteValue uint8, s *Stream) error {
+	const op = "MemsetAsync"
+	h, err := s.use(op, dst.dev)
+	if err != nil || dst.n == 0 {
+		return err
+	}
+	return s.l.drv.memsetD8Async(s.ctx, dst.ptr, byteValue, dst.n*elemSize[T](), h)
+}
+
+// Pinned is page-locked ("pinned") host memory (cuMemHostAlloc): memory
+// the CPU reads and writes as an ordinary []T, and that the GPU can copy
+// to and from asynchronously, at full speed. It is portable: usable with
+// every device's streams.
+//
+// The memory is C memory: the garbage collector neither moves nor frees
+// it. Free it with [Pinned.Free] once no copy still uses it; the []T from
+// [Pinned.Slice] must not be used after that.
+type Pinned[T Elem] struct {
+	s []T
+}
+
+// HostAlloc allocates n elements of page-locked host memory. n == 0 is
+// valid (nothing is allocated). The memory is not initialized. Page-locked
+// memory is a scarce system resource: allocate staging buffers once and
+// reuse them. It blocks the CPU for the allocation, which is slow
+// (milliseconds for large sizes).
+func HostAlloc[T Elem](n int64) (Pinned[T], error) {
+	const op = "HostAlloc"
+	size := elemSize[T]()
+	if n < 0 {
+		return Pinned[T]{}, errInvalid(op, "negative length %d", n)
+	}
+	if n > math.MaxInt64/size || n > math.MaxInt {
+		return Pinned[T]{}, errInvalid(op, "length %d is too large", n)
+	}
+	l, ctx, err := hostCtx(op)
+	if err != nil || n == 0 {
+		return Pinned[T]{}, err
+	}
+	b, err := l.drv.memHostAlloc(ctx, n*size, cuMemHostAllocPortable)
+	if err != nil {
+		return Pinned[T]{}, err
+	}
+	l.mem.addHost(hostAddr(b), int64(len(b)))
+	return Pinned[T]{s: asElems[T](b, n)}, nil
+}
+
+// hostCtx is the context page-locked memory is allocated in: device 0's
+// (the memory is portable, so any device can use it).
+func hostCtx(op string) (*lib, uintptr, error) {
+	l, err := getLib()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(l.devices) == 0 {
+		return nil, 0, errInvalid(op, "no CUDA device")
+	}
+	ctx, err := l.context(0, op)
+	if err != nil {
+		return nil, 0, err
+	}
+	return l, ctx, nil
+}
+
+// Slice returns the memory as a []T of length n (nil for n == 0), for the
+// CPU to read and write and to pass to the Async copies.
+func (p Pinned[T]) Slice() []T { return p.s }
+
+// Len returns the number of elements.
+func (p Pinned[T]) Len() int64 { return int64(len(p.s)) }
+
+// Free releases the memory (cuMemFreeHost). No copy may still be using it:
+// synchronize the streams that do first. Freeing an empty Pinned does
+// nothing; freeing one twice is an error matching backend.ErrInvalid.
+func (p Pinned[T]) Free() error {
+	const op = "Pinned.Free"
+	if len(p.s) == 0 {
+		return nil
+	}
+	l, ctx, err := hostCtx(op)
+	if err != nil {
+		return err
+	}
+	b := asBytes(p.s)
+	if !l.mem.takeHost(hostAddr(b), int64(len(b))) {
+		return errInvalid(op, "%#x (%d bytes) is not live page-locked memory from HostAlloc: freed twice?", hostAddr(b), len(b))
+	}
+	if err := l.drv.memFreeHost(ctx, b); err != nil {
+		l.mem.addHost(hostAddr(b), int64(len(b)))
+		return err
+	}
+	return nil
+}
+
+// memTable records the live allocations: device memory, so that Free
+// refuses sub-slices and double frees, and page-locked memory, so that the
+// Async copies know whether the driver may read a host buffer after they
+// return.
+type memTable struct {
+	mu     sync.RWMutex
+	device map[uintptr]int64 // start → bytes
+	host   []span            // sorted by start; never overlapping
+}
+
+type span struct {
+	start uintptr
+	bytes int64
+}
+
+func (m *memTable) addDevice(p uintptr, bytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.device == nil {
+		m.device = make(map[uintptr]int64)
+	}
+	m.device[p] = bytes
+}
+
+// takeDevice removes the allocation [p, p+bytes) and reports whether it
+// was live.
+func (m *memTable) takeDevice(p uintptr, bytes int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b, ok := m.device[p]; !ok || b != bytes {
+		return false
+	}
+	delete(m.device, p)
+	return true
+}
+
+func (m *memTable) addHost(p uintptr, bytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(m.host, p, func(s span, p uintptr) int {
+		switch {
+		case s.start < p:
+			return -1
+		case s.start > p:
+			return 1
+		}
+		return 0
+	})
+	m.host = slices.Insert(m.host, i, span{p, bytes})
+}
+
+func (m *memTable) takeHost(p uintptr, bytes int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.findHost(p)
+	if !ok || m.host[i].start != p || m.host[i].bytes != bytes {
+		return false
+	}
+	m.host = slices.Delete(m.host, i, i+1)
+	return true
+}
+
+// findHost returns the index of the span that contains address p.
+func (m *memTable) findHost(p uintptr) (int, bool) {
+	// The last span starting at or before p.
+	i, found := slices.BinarySearchFunc(m.host, p, func(s span, p uintptr) int {
+		switch {
+		case s.start < p:
+			return -1
+		case s.start > p:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		i--
+	}
+	if i < 0 || p-m.host[i].start >= uintptr(m.host[i].bytes) {
+		return 0, false
+	}
+	return i, true
+}
+
+// pinned reports whether [p, p+bytes) lies inside one live page-locked
+// allocation.
+func (m *memTable) pinned(p uintptr, bytes int64) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	i, ok := m.findHost(p)
+	return ok && uintptr(bytes) <= uintptr(m.host[i].bytes)-(p-m.host[i].start)
+}
+
+// live returns the number of live device and page-locked allocations.
+func (m *memTable) live() (device, host int) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.device), len(m.host)
+}

@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package cuda
+
+const cgoEnabled = false
