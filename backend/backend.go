@@ -52,7 +52,9 @@ const (
 // long as the Buffer is reachable; a transport holds the Buffer (not a bare
 // uintptr) while an operation on it is pending.
 type Buffer struct {
-	// Ptr is the address of the first element; nil when Count is 0.
+	// Ptr is the address of the first element; nil when Count is 0. For
+	// device memory it holds the device address (a CUdeviceptr), which Go
+	// never dereferences and which lies outside the Go heap.
 	Ptr unsafe.Pointer
 	// Count is the number of elements (64-bit: messages over 2^31 elements are valid).
 	Count int64

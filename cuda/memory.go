@@ -483,3 +483,20 @@ func (m *memTable) live() (device, host int) {
 	defer m.mu.RUnlock()
 	return len(m.device), len(m.host)
 }
+
+// SliceHeader is the memory layout shared by every Slice[T], whatever T:
+// package mp reads a device buffer's address, length and device through it
+// without converting the Slice to an interface (which would allocate).
+// TestSliceHeaderLayout keeps the two in step.
+type SliceHeader struct {
+	Ptr    uintptr // CUdeviceptr of the first element
+	Len    int64   // elements
+	Device Device
+}
+
+// ByteView returns a Slice[uint8] over n bytes of device memory at ptr on
+// d: how a transport that receives a raw buffer descriptor uses this
+// package's copies. It allocates nothing and owns nothing; do not Free it.
+func ByteView(ptr uintptr, n int64, d Device) Slice[uint8] {
+	return Slice[uint8]{ptr: ptr, n: n, dev: d}
+}

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
 )
 
 // Float16 is an IEEE 754 half-precision number, stored as its bits.
@@ -16,14 +17,49 @@ type BFloat16 uint16
 
 // Buffer is the set of buffer types the message calls accept: a slice of any
 // Go integer, float or complex type, or of Float16 or BFloat16, including
-// named slice types. The element type and count come from the buffer, so
-// there is no datatype argument and no per-type function name. An empty or
-// nil slice is a valid buffer of zero elements.
+// named slice types (host memory); or a cuda.Slice of the same element
+// types (device memory, from cuda.Alloc). The element type and count come
+// from the buffer, so there is no datatype argument and no per-type
+// function name. An empty or nil slice is a valid buffer of zero elements.
+//
+// Either kind works on either backend: the NCCL backend moves device memory
+// directly and stages host memory through pinned buffers; the TCP backend
+// stages device memory through host memory.
 type Buffer interface {
 	~[]int8 | ~[]uint8 | ~[]int16 | ~[]uint16 | ~[]int32 | ~[]uint32 |
 		~[]int64 | ~[]uint64 | ~[]int | ~[]uint | ~[]uintptr |
 		~[]float32 | ~[]float64 | ~[]complex64 | ~[]complex128 |
-		~[]Float16 | ~[]BFloat16
+		~[]Float16 | ~[]BFloat16 |
+		cuda.Slice[int8] | cuda.Slice[uint8] | cuda.Slice[int16] | cuda.Slice[uint16] |
+		cuda.Slice[int32] | cuda.Slice[uint32] | cuda.Slice[int64] | cuda.Slice[uint64] |
+		cuda.Slice[int] | cuda.Slice[uint] | cuda.Slice[uintptr] |
+		cuda.Slice[float32] | cuda.Slice[float64] | cuda.Slice[complex64] | cuda.Slice[complex128] |
+		cuda.Slice[Float16] | cuda.Slice[BFloat16]
+}
+
+// deviceTypes maps each cuda.Slice instantiation the Buffer constraint
+// admits to its element code.
+var deviceTypes = map[reflect.Type]backend.DType{}
+
+func init() {
+	add := func(t reflect.Type, elem reflect.Type) { deviceTypes[t] = elemTypes[elem] }
+	add(reflect.TypeFor[cuda.Slice[int8]](), reflect.TypeFor[int8]())
+	add(reflect.TypeFor[cuda.Slice[uint8]](), reflect.TypeFor[uint8]())
+	add(reflect.TypeFor[cuda.Slice[int16]](), reflect.TypeFor[int16]())
+	add(reflect.TypeFor[cuda.Slice[uint16]](), reflect.TypeFor[uint16]())
+	add(reflect.TypeFor[cuda.Slice[int32]](), reflect.TypeFor[int32]())
+	add(reflect.TypeFor[cuda.Slice[uint32]](), reflect.TypeFor[uint32]())
+	add(reflect.TypeFor[cuda.Slice[int64]](), reflect.TypeFor[int64]())
+	add(reflect.TypeFor[cuda.Slice[uint64]](), reflect.TypeFor[uint64]())
+	add(reflect.TypeFor[cuda.Slice[int]](), reflect.TypeFor[int]())
+	add(reflect.TypeFor[cuda.Slice[uint]](), reflect.TypeFor[uint]())
+	add(reflect.TypeFor[cuda.Slice[uintptr]](), reflect.TypeFor[uintptr]())
+	add(reflect.TypeFor[cuda.Slice[float32]](), reflect.TypeFor[float32]())
+	add(reflect.TypeFor[cuda.Slice[float64]](), reflect.TypeFor[float64]())
+	add(reflect.TypeFor[cuda.Slice[complex64]](), reflect.TypeFor[complex64]())
+	add(reflect.TypeFor[cuda.Slice[complex128]](), reflect.TypeFor[complex128]())
+	add(reflect.TypeFor[cuda.Slice[Float16]](), reflect.TypeFor[Float16]())
+	add(reflect.TypeFor[cuda.Slice[BFloat16]](), reflect.TypeFor[BFloat16]())
 }
 
 // elemTypes maps each element type the Buffer constraint admits to its
@@ -72,6 +108,16 @@ type sliceHeader struct {
 // allocate.
 func describe[B Buffer](buf B) backend.Buffer {
 	t := reflect.TypeFor[B]()
+	if t.Kind() == reflect.Struct { // a cuda.Slice: device memory
+		h := (*cuda.SliceHeader)(unsafe.Pointer(&buf))
+		b := backend.Buffer{Count: h.Len, Type: deviceTypes[t], Mem: backend.Device, Device: int(h.Device)}
+		if h.Len > 0 {
+			// The device address travels in Ptr's bits; Go never dereferences
+			// it, and it lies outside the Go heap (backend.Buffer's doc).
+			b.Ptr = *(*unsafe.Pointer)(unsafe.Pointer(&h.Ptr))
+		}
+		return b
+	}
 	h := (*sliceHeader)(unsafe.Pointer(&buf))
 	d := dtypeOf(t.Elem())
 	if h.len == 0 {

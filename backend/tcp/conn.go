@@ -55,8 +55,12 @@ func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 	if dest < 0 || dest >= c.size {
 		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, dest, c.size)
 	}
-	if err := hostOnly(buf); err != nil {
-		return nil, err
+	if buf.Mem == backend.Device {
+		staged, err := stageOut(buf)
+		if err != nil {
+			return nil, err
+		}
+		buf = staged
 	}
 	r := newRequest(c, reqSend, buf, dest, tag, caller)
 	if dest == c.rank {
@@ -100,14 +104,6 @@ func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 
 func (c *conn) sendStatus(r *request) backend.Status {
 	return backend.Status{Source: c.rank, Tag: r.tag, Count: r.buf.Count}
-}
-
-// hostOnly rejects device memory, which this transport cannot read.
-func hostOnly(buf backend.Buffer) error {
-	if buf.Mem != backend.Host {
-		return fmt.Errorf("%w: the tcp backend moves host memory only (device buffers need the cuda package)", backend.ErrNotSupported)
-	}
-	return nil
 }
 
 // usable reports why operations with peer p cannot start, under c.mu.
@@ -162,8 +158,13 @@ func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 	if source != backend.AnySource && (source < 0 || source >= c.size) {
 		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, source, c.size)
 	}
-	if err := hostOnly(buf); err != nil {
-		return nil, err
+	if buf.Mem == backend.Device {
+		host := make([]byte, buf.Len())
+		r, err := c.Irecv(hostBuffer(host, buf), source, tag, caller)
+		if err != nil {
+			return nil, err
+		}
+		return &stagedRecv{Request: r, dev: buf, host: host}, nil
 	}
 	r := newRequest(c, reqRecv, buf, source, tag, caller)
 	var p *peer
