@@ -25,14 +25,14 @@ die() {
 
 # Open MPI's mpirun.
 mpirun=mpirun
-if ! { command -v "$mpirun" >/dev/null && "$mpirun" --version 2>&1 | grep -q 'Open MPI'; }; then
+if ! { command -v "$mpirun" >/dev/null && [[ $("$mpirun" --version 2>&1) == *'Open MPI'* ]]; }; then
   mpirun=mpirun.openmpi
   command -v "$mpirun" >/dev/null || die "no Open MPI mpirun on PATH (apt-get install -y openmpi-bin)"
 fi
 # MPICH's Hydra.
 mpiexec=mpiexec.mpich
 command -v "$mpiexec" >/dev/null || die "no mpiexec.mpich on PATH (apt-get install -y mpich)"
-"$mpiexec" --version 2>&1 | grep -q 'HYDRA' || die "$mpiexec is not MPICH's Hydra"
+[[ $("$mpiexec" --version 2>&1) == *HYDRA* ]] || die "$mpiexec is not MPICH's Hydra"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -29,14 +29,15 @@ fail() {
 # Open MPI's mpirun: "mpirun" may be MPICH's when both are installed.
 mpirun=
 for m in mpirun mpirun.openmpi; do
-  if command -v "$m" >/dev/null && "$m" --version 2>&1 | grep -q 'Open MPI'; then
+  if command -v "$m" >/dev/null && [[ $("$m" --version 2>&1) == *'Open MPI'* ]]; then
     mpirun=$m
     break
   fi
 done
 [ -n "$mpirun" ] || fail "no Open MPI mpirun on PATH (apt-get install -y openmpi-bin libopenmpi-dev)"
 pkg-config --exists ompi || fail "pkg-config cannot find ompi (apt-get install -y libopenmpi-dev)"
-echo "== $("$mpirun" --version 2>&1 | head -n1) ($(command -v "$mpirun"))"
+v=$("$mpirun" --version 2>&1)
+echo "== ${v%%$'\n'*} ($(command -v "$mpirun"))"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
