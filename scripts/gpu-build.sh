@@ -12,6 +12,9 @@
 # skipping):
 #
 #   COURIER_REQUIRE_GPU=2 ./cuda.test -test.v -test.count=1
+#
+# The NCCL binaries run as 2 ranks under mpirun; docs/gpu.md has the
+# commands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,9 +22,15 @@ out=gpu-build
 mkdir -p "$out"
 export CGO_ENABLED=1 GOOS=linux GOARCH=amd64
 
-# build NAME PKG: compile the tests of package PKG into $out/NAME.test.
+# build NAME PKG: compile the tests of package PKG into $out/NAME.test,
+# or, when PKG is a command (package main), the command into $out/NAME.
 build() {
 	local name=$1 pkg=$2
+	if [ "$(go list -f '{{.Name}}' "$pkg")" = main ]; then
+		go build -o "$out/$name" "$pkg"
+		echo "built $out/$name ($pkg)"
+		return
+	fi
 	go test -c -o "$out/$name.test" "$pkg"
 	echo "built $out/$name.test ($pkg)"
 }
@@ -29,6 +38,9 @@ build() {
 # The binaries, as NAME PKG. Add a line per package.
 binaries=(
 	"cuda ./cuda/"
+	"nccl ./backend/nccl/"
+	"proctest ./internal/conformance/proctest/"
+	"pingpong ./examples/pingpong/"
 )
 
 for arg in "$@"; do

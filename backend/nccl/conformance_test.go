@@ -1,0 +1,90 @@
+//go:build courier_nccl_wip
+
+package nccl_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/courier-mp/courier/internal/conformance"
+	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/mp"
+
+	_ "github.com/courier-mp/courier/backend/nccl"
+)
+
+// The conformance suite on the nccl backend's communicator logic, with
+// the fake engine of this package's tests ("nccl-fake": NCCL modelled in
+// software, real host connections) and the ranks as goroutines. The real
+// backend runs the same suite on GPUs through proctest (docs/gpu.md).
+
+// fakeRunner runs a case on n in-process ranks of the fake backend.
+func fakeRunner(opts ...mp.Option) conformance.Runner {
+	return func(t *testing.T, n int, f func(t conformance.T, c *mp.Comm)) {
+		t.Helper()
+		cfg := ranktest.Config{Backend: "nccl-fake", Options: opts, Timeout: 10 * time.Second}
+		ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) { f(rt, c) })
+	}
+}
+
+// needsChecks lists the cases that need what the backend cannot know
+// without checks (COURIER_CHECK=1), with the reason: NCCL carries no
+// envelope, so a receive takes the next message from its source whatever
+// its tag, size or type. Without checks these end in wrong data, a
+// truncated message or a timeout, by design.
+var needsChecks = map[string]string{
+	"Empty/IntoLargerBuffer": "a receive larger than its message never completes",
+	"Status/LargerBuffer":    "a receive larger than its message never completes",
+	"Truncate/Eager":         "NCCL cuts a longer message short, silently",
+	"Truncate/Rendezvous":    "NCCL cuts a longer message short, silently",
+	"Mismatch/Eager":         "element types are not carried",
+	"Mismatch/Rendezvous":    "element types are not carried",
+	"Order/TagSelection":     "receives by tag out of sending order",
+	"Order/ManyTags":         "receives by tag out of sending order",
+	"Unexpected/Large":       "receives by tag out of sending order",
+	"Unexpected/ManySmall":   "receives by tag out of sending order",
+	"Requests/WaitAny":       "receives by tag out of sending order",
+	"Requests/WaitTwice":     "a truncated message is not detected",
+	"Requests/WaitAllErrors": "a truncated message is not detected",
+	"Concurrent/TagStreams":  "goroutines with their own tags interleave on one channel",
+	"Tags/MaxTag":            "receives by tag out of sending order, of blocking sends",
+	"Errors/OpError":         "a truncated message is not detected",
+}
+
+// TestConformanceFake runs the suite without checks, on 2 ranks, skipping
+// the cases of needsChecks.
+func TestConformanceFake(t *testing.T) {
+	run := fakeRunner()
+	for _, cs := range conformance.Cases() {
+		t.Run(cs.Name, func(t *testing.T) {
+			if why, ok := needsChecks[cs.Name]; ok {
+				t.Skipf("needs checks (COURIER_CHECK=1) on nccl: %s", why)
+			}
+			run(t, 2, cs.Run)
+		})
+	}
+}
+
+// TestConformanceFakeChecked runs the whole suite with checks, on 2, 3, 4
+// and 1 ranks.
+func TestConformanceFakeChecked(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 1} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			conformance.Run(t, n, fakeRunner(mp.WithCheck(true)))
+		})
+	}
+}
+
+// TestNeedsChecksNames keeps needsChecks in step with the suite.
+func TestNeedsChecksNames(t *testing.T) {
+	names := map[string]bool{}
+	for _, cs := range conformance.Cases() {
+		names[cs.Name] = true
+	}
+	for name := range needsChecks {
+		if !names[name] {
+			t.Errorf("needsChecks names %q, which is not a conformance case", name)
+		}
+	}
+}

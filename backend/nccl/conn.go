@@ -1,0 +1,911 @@
+//go:build courier_nccl_wip
+
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Timing of the communicator's own polling.
+const (
+	// spinFor is how long Wait polls the GPU from the waiting goroutine
+	// before it sleeps: long enough that a transfer of hundreds of MiB is
+	// seen done within a microsecond or so (bandwidth measurements depend
+	// on it), short enough not to burn a core on a wait for a slow peer.
+	spinFor = 20 * time.Millisecond
+	// minPoll and maxPoll bound the progress goroutine's polling interval
+	// (it backs off from the first to the second while work is in flight).
+	minPoll = 10 * time.Microsecond
+	maxPoll = 500 * time.Microsecond
+	// lostGrace is how long operations already on the GPU with a rank that
+	// left get to finish before the communicator is aborted for them: a
+	// rank that sent its last message and closed has delivered it, and the
+	// receive completes on its own.
+	lostGrace = 500 * time.Millisecond
+	// defaultCloseBound bounds Close's orderly shutdown of the NCCL
+	// communicator (ncclCommFinalize) when Config.Timeout is zero.
+	defaultCloseBound = 10 * time.Second
+)
+
+// conn is one rank's endpoint of an NCCL communicator: it implements
+// backend.Conn.
+//
+// # Channels
+//
+// NCCL runs the kernels of one communicator one after the other, whatever
+// the streams, and a receive's kernel waits for its message. On a single
+// communicator, a receive issued early (Irecv, then Test) would therefore
+// hold back every later operation of the rank, including a send its peer
+// waits for before it sends the message the receive wants: valid MPI
+// programs would hang. So each direction between two ranks has its own
+// NCCL communicator of two ranks and its own stream (a channel): a rank's
+// sends to p go on one, its receives from p on another. A pending
+// operation then holds back only later operations of the same direction
+// with the same rank, which NCCL would deliver after it anyway: no pattern
+// of valid programs can hang on the streams, and first contact on a
+// channel is symmetric by construction (one send, one receive). A rank
+// has 2(N−1) channels.
+//
+// # How operations move
+//
+// Isend and Irecv only queue the operation. Every Wait, Test or Done
+// flushes the queue: the queued operations of each channel go to NCCL as
+// one group (ncclGroupStart, every ncclSend or ncclRecv, ncclGroupEnd, in
+// one C call with the device's context current) on the channel's stream.
+//
+// A group is on the stream once ncclGroupEnd, or after ncclInProgress
+// ncclCommGetAsyncError, says so; only then are the copies that follow it
+// queued and its event recorded (an event recorded earlier would prove
+// nothing), and only then may the channel take another group. A request
+// completes when its group's event has fired. A channel's groups finish
+// in order.
+//
+// Without checks, messages from one rank are received in the order they
+// were sent: NCCL has no tags. A message to oneself never touches NCCL: it
+// is matched in memory by tag, as MPI does, and copied. Messages with
+// negative tags (the library's own) go over the host connection.
+//
+// # Checks
+//
+// With checks, each send's envelope goes over the host connection when
+// the send is posted, and a receive reaches NCCL only once it has matched
+// an announced message (by tag, as in MPI; see match.go): it then asks
+// NCCL for exactly the message, or, when the envelope shows a mismatch,
+// takes the message into scratch memory and fails with an error that names
+// both ranks. Waiting for envelopes cannot hang a valid program: sends
+// never wait, and a receive waits only for a message its peer has posted
+// or will post.
+type conn struct {
+	rank, size int
+	dev        int // the CUDA device device buffers must be on
+	check      bool
+	eng        engine
+	ctl        *control // the host connection to every other rank; nil with one rank
+	closeBound time.Duration
+
+	mu        sync.Mutex
+	queue     []*request // posted, not yet issued, in posting order
+	chans     []channel  // by channel number; those of this rank itself are unused
+	wantFlush bool       // a wait, test or Done asked for the queue to be issued
+	fatal     error      // set by Close or Abort: every new operation fails with it
+	closing   bool
+	peers     []peer
+	self      selfQueue
+	groups    []*group // free groups, for reuse
+	// Scratch for issueLocked, by channel: the group being built, and
+	// whether the channel is open or blocked in this flush.
+	pick       []*group
+	flushState []uint8
+	touched    []int
+
+	envOut [envSize]byte // an outgoing envelope, under mu
+
+	wake      chan struct{} // wakes the progress goroutine
+	stop      chan struct{} // closed by Close: goroutines end
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// channel is the communicator's record of one channel.
+type channel struct {
+	inflight []*group // issued, not yet finished, in stream order
+	// err is set once the channel's NCCL communicator is gone (aborted):
+	// operations on it fail with err.
+	err error
+	// graceUntil: the channel's peer is gone and the channel has work on
+	// the GPU; if none of it finishes by then, the channel is aborted.
+	graceUntil time.Time
+}
+
+// launching reports whether the channel's newest group is still being
+// launched (ncclInProgress): nothing may be issued on it until it is not.
+func (ch *channel) launching() bool {
+	n := len(ch.inflight)
+	return n > 0 && ch.inflight[n-1].launching
+}
+
+// peer is what the communicator knows of one other rank.
+type peer struct {
+	// lost says why the rank is gone (nil: it is not). Sends to it fail;
+	// receives of what it sent before it left may still complete.
+	lost error
+	// Checked mode (see match.go): the sequence number of the next
+	// message to the rank, and of the next envelope from it; the messages
+	// it announced that are not issued yet, in order; those taken off the
+	// wire before a receive matched them; the receives that have not
+	// matched a message yet; and whether issueRecvsLocked must be retried
+	// (the channel was busy launching).
+	sendSeq, envNext uint64
+	msgs, early      []*inMsg
+	posted           []*request
+	issueWanted      bool
+	envIn            [envSize]byte // the control reader's buffer
+}
+
+// connOptions configures newConn.
+type connOptions struct {
+	rank, size int
+	dev        int
+	check      bool
+	eng        engine
+	ctl        *control
+	closeBound time.Duration
+}
+
+// newConn makes a communicator around an engine (and, with more than one
+// rank, the host connection), and starts its goroutines.
+func newConn(o connOptions) *conn {
+	c := &conn{
+		rank:       o.rank,
+		size:       o.size,
+		dev:        o.dev,
+		check:      o.check,
+		eng:        o.eng,
+		ctl:        o.ctl,
+		closeBound: o.closeBound,
+		chans:      make([]channel, 2*o.size),
+		peers:      make([]peer, o.size),
+		pick:       make([]*group, 2*o.size),
+		flushState: make([]uint8, 2*o.size),
+		wake:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+	}
+	if c.closeBound <= 0 {
+		c.closeBound = defaultCloseBound
+	}
+	c.wg.Add(1)
+	go c.run()
+	if c.ctl != nil {
+		for p := range c.size {
+			if p != c.rank {
+				c.wg.Add(1)
+				go c.ctl.read(c, p)
+			}
+		}
+	}
+	return c
+}
+
+// chanOf returns the channel of request r.
+func chanOf(r *request) int {
+	if r.recv {
+		return recvChan(r.peer)
+	}
+	return sendChan(r.peer)
+}
+
+// validate checks a buffer before it is queued.
+func (c *conn) validate(buf backend.Buffer) error {
+	if !buf.Type.Valid() {
+		return fmt.Errorf("%w: element type %v", backend.ErrInvalid, buf.Type)
+	}
+	if buf.Count < 0 {
+		return fmt.Errorf("%w: negative count %d", backend.ErrInvalid, buf.Count)
+	}
+	if buf.Count > 0 && buf.Ptr == nil {
+		return fmt.Errorf("%w: a buffer of %d elements with no memory", backend.ErrInvalid, buf.Count)
+	}
+	switch buf.Mem {
+	case backend.Host:
+	case backend.Device:
+		if buf.Device != c.dev {
+			return fmt.Errorf("%w: the buffer is on cuda:%d, this rank's communicator on cuda:%d (one GPU per rank; see %s)",
+				backend.ErrInvalid, buf.Device, c.dev, DeviceEnv)
+		}
+	default:
+		return fmt.Errorf("%w: memory kind %d", backend.ErrInvalid, buf.Mem)
+	}
+	return nil
+}
+
+// usableLocked reports why a send to (or a receive from) rank peer
+// cannot start. A rank that left can still be received from: in checked
+// mode, the messages it announced before it left (matchRecvLocked refuses
+// the others); otherwise any (a receive of a message it never sent then
+// fails lostGrace later).
+func (c *conn) usableLocked(peer int, recv bool) error {
+	if c.fatal != nil {
+		return c.fatal
+	}
+	if peer == c.rank {
+		return nil
+	}
+	ch := sendChan(peer)
+	if recv {
+		ch = recvChan(peer)
+	}
+	if err := c.chans[ch].err; err != nil {
+		return err
+	}
+	if p := &c.peers[peer]; p.lost != nil && !recv {
+		return p.lost
+	}
+	return nil
+}
+
+// Isend implements backend.Conn. It queues the send and returns at once;
+// the send reaches NCCL at the next wait, test or Done on this
+// communicator. buf must not change until the request completes. A send to
+// this rank itself is matched and copied at once and completes at once.
+func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend.Request, error) {
+	if dest < 0 || dest >= c.size {
+		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, dest, c.size)
+	}
+	if err := c.validate(buf); err != nil {
+		return nil, err
+	}
+	if tag < 0 && dest != c.rank {
+		return c.internal(false, buf, dest, tag, caller)
+	}
+	r := newRequest(c, false, buf, dest, tag, caller)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked(dest, false); err != nil {
+		r.Release()
+		return nil, err
+	}
+	if dest == c.rank {
+		if err := c.sendSelfLocked(r); err != nil {
+			r.Release()
+			return nil, err
+		}
+		return r, nil
+	}
+	if c.check {
+		p := &c.peers[dest]
+		r.seq = p.sendSeq
+		env := envelope{seq: r.seq, tag: int32(tag), typ: buf.Type, count: buf.Count}
+		if err := c.ctl.sendEnvelope(dest, &env, &c.envOut); err != nil {
+			r.Release()
+			return nil, err
+		}
+		p.sendSeq++
+	}
+	c.queue = append(c.queue, r)
+	return r, nil
+}
+
+// Irecv implements backend.Conn. It queues the receive and returns at
+// once. The receive takes the next message from source that no earlier
+// receive from source takes (NCCL delivers in order and has no tags), so
+// AnySource and AnyTag are not supported; from this rank itself, messages
+// are matched by tag.
+func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
+	if source == backend.AnySource || tag == backend.AnyTag {
+		return nil, fmt.Errorf("%w: the nccl backend takes the messages from each rank in the order they were sent "+
+			"(NCCL has no tags), so it cannot match AnySource or AnyTag; name the source and tag (or use the tcp backend)",
+			backend.ErrNotSupported)
+	}
+	if source < 0 || source >= c.size {
+		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, source, c.size)
+	}
+	if err := c.validate(buf); err != nil {
+		return nil, err
+	}
+	if tag < 0 && source != c.rank {
+		return c.internal(true, buf, source, tag, caller)
+	}
+	r := newRequest(c, true, buf, source, tag, caller)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked(source, true); err != nil {
+		r.Release()
+		return nil, err
+	}
+	if source == c.rank {
+		c.recvSelfLocked(r)
+		return r, nil
+	}
+	if c.check {
+		if !c.matchRecvLocked(r) {
+			err := c.peers[source].lost
+			r.Release()
+			return nil, err
+		}
+		return r, nil
+	}
+	c.queue = append(c.queue, r)
+	return r, nil
+}
+
+// internal sends or receives a message with a negative tag: the
+// library's own traffic (mp's Barrier), which travels over the host
+// connection and is matched there by tag. Kept off NCCL, it can never be
+// taken by a user's receive posted before it, as it would be on a channel
+// that delivers in order whatever the tags.
+func (c *conn) internal(recv bool, buf backend.Buffer, peer, tag int, caller uintptr) (backend.Request, error) {
+	c.mu.Lock()
+	err := c.fatal
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if buf.Mem != backend.Host {
+		return nil, fmt.Errorf("%w: messages with negative tags (the library's own) travel over the host connection and must be in host memory",
+			backend.ErrNotSupported)
+	}
+	if recv {
+		return c.ctl.tc.Irecv(buf, peer, tag, caller)
+	}
+	return c.ctl.tc.Isend(buf, peer, tag, caller)
+}
+
+// poke flushes the queue and polls the groups in flight, without blocking.
+func (c *conn) poke() {
+	c.mu.Lock()
+	c.issueLocked()
+	c.progressLocked()
+	c.mu.Unlock()
+}
+
+// wait flushes the queue and waits for r to complete, at most timeout if
+// positive. It polls from this goroutine for up to spinFor, then sleeps
+// on r's Done channel while the progress goroutine polls.
+func (c *conn) wait(r *request, timeout time.Duration) error {
+	start := time.Now()
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = start.Add(timeout)
+	}
+	c.poke()
+	for !r.done.Load() {
+		now := time.Now()
+		if timeout > 0 && !now.Before(deadline) {
+			return fmt.Errorf("%w after %v", backend.ErrTimeout, timeout)
+		}
+		if now.Sub(start) < spinFor {
+			runtime.Gosched()
+			c.mu.Lock()
+			c.progressLocked()
+			c.mu.Unlock()
+			continue
+		}
+		// Sleep until completion, a deadline, or a periodic re-poll (a
+		// safety net: the progress goroutine should see to everything).
+		c.kick()
+		nap := 10 * time.Millisecond
+		if timeout > 0 {
+			nap = min(nap, deadline.Sub(now))
+		}
+		t := time.NewTimer(nap)
+		select {
+		case <-r.doneChan():
+		case <-t.C:
+		}
+		t.Stop()
+		c.poke()
+	}
+	return nil
+}
+
+// kick wakes the progress goroutine.
+func (c *conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the progress goroutine: while groups are in flight it polls
+// them, backing off from minPoll to maxPoll, so that requests complete
+// (and their Done channels close) while nobody waits in Wait.
+func (c *conn) run() {
+	defer c.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.wake:
+		}
+		for delay := minPoll; ; delay = min(2*delay, maxPoll) {
+			c.mu.Lock()
+			busy := c.progressLocked()
+			c.mu.Unlock()
+			if !busy {
+				break
+			}
+			t.Reset(delay)
+			select {
+			case <-c.stop:
+				return
+			case <-c.wake:
+				t.Stop()
+				delay = minPoll / 2
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// issueLocked hands the queued operations (sends, and receives without
+// checks) to NCCL: one group per channel, each with the channel's queued
+// operations in posting order. An operation stays queued (and so do the
+// later ones of its channel, which must follow it) while its channel is
+// still launching its last group.
+func (c *conn) issueLocked() {
+	if len(c.queue) == 0 {
+		c.wantFlush = false
+		return
+	}
+	c.wantFlush = true
+	const (
+		undecided = iota
+		open
+		blocked
+	)
+	kept := 0
+	for _, r := range c.queue {
+		ch := chanOf(r)
+		if c.flushState[ch] == undecided {
+			c.touched = append(c.touched, ch)
+			c.flushState[ch] = blocked
+			if !c.chans[ch].launching() {
+				c.flushState[ch] = open
+				g := c.getGroup()
+				g.ch = ch
+				c.pick[ch] = g
+			}
+		}
+		if c.flushState[ch] == blocked {
+			c.queue[kept] = r
+			kept++
+			continue
+		}
+		c.prepareLocked(r, c.pick[ch])
+	}
+	clear(c.queue[kept:])
+	c.queue = c.queue[:kept]
+	if kept == 0 {
+		c.wantFlush = false
+	}
+	for _, ch := range c.touched {
+		c.flushState[ch] = undecided
+		g := c.pick[ch]
+		c.pick[ch] = nil
+		switch {
+		case g == nil:
+		case len(g.ops) == 0:
+			c.putGroup(g)
+		default:
+			c.launchLocked(g)
+		}
+	}
+	c.touched = c.touched[:0]
+}
+
+// prepareLocked adds the op of queued request r to g, and sets the status
+// it will complete with.
+func (c *conn) prepareLocked(r *request, g *group) {
+	r.stage = stageIssued
+	o := op{r: r, recv: r.recv, peer: r.peer, buf: r.buf, typ: r.buf.Type, count: r.buf.Count}
+	if r.recv {
+		r.st = backend.Status{Source: r.peer, Tag: r.tag, Count: r.buf.Count}
+	} else {
+		r.st = backend.Status{Source: c.rank, Tag: r.tag, Count: r.buf.Count}
+	}
+	if o.bytes() == 0 {
+		// An empty message still pairs its send with its receive (a
+		// receive must not complete before the send was posted): it moves
+		// a one-byte token. With checks, its envelope does that instead
+		// (match.go), and NCCL is not involved.
+		o.token, o.typ, o.count = true, backend.Uint8, 1
+	}
+	g.ops = append(g.ops, o)
+}
+
+// launchLocked issues g and records it in flight on its channel.
+func (c *conn) launchLocked(g *group) {
+	ch := &c.chans[g.ch]
+	inProgress, err := c.eng.launch(g)
+	ch.inflight = append(ch.inflight, g)
+	if err != nil {
+		c.failChanLocked(g.ch, err)
+		return
+	}
+	if inProgress {
+		g.launching = true
+	} else {
+		c.sealLocked(g)
+	}
+	c.kick()
+}
+
+// sealLocked has the engine queue what follows g and record its event.
+func (c *conn) sealLocked(g *group) {
+	if err := c.eng.seal(g); err != nil {
+		c.failChanLocked(g.ch, err)
+		return
+	}
+	g.sealed = true
+}
+
+// progressLocked advances every channel: a launching group is sealed once
+// NCCL has it on the stream, finished groups complete their requests, and
+// a wanted flush is retried. It reports whether work is still in flight
+// (the progress goroutine polls while it is).
+func (c *conn) progressLocked() bool {
+	busy := false
+	for i := range c.chans {
+		if len(c.chans[i].inflight) > 0 {
+			c.progressChanLocked(i)
+			busy = busy || len(c.chans[i].inflight) > 0
+		}
+	}
+	for p := range c.peers {
+		if c.peers[p].issueWanted {
+			c.issueRecvsLocked(p)
+		}
+	}
+	if c.wantFlush && len(c.queue) > 0 {
+		c.issueLocked()
+	}
+	return busy
+}
+
+// progressChanLocked advances channel i.
+func (c *conn) progressChanLocked(i int) {
+	ch := &c.chans[i]
+	// ncclCommGetAsyncError: whether the last launch is on the stream yet,
+	// and any failure NCCL found in its own threads.
+	inProgress, err := c.eng.settle(i)
+	if err != nil {
+		c.failChanLocked(i, err)
+		return
+	}
+	if last := ch.inflight[len(ch.inflight)-1]; last.launching && !inProgress {
+		last.launching = false
+		c.sealLocked(last)
+		if len(ch.inflight) == 0 {
+			return
+		}
+	}
+	for len(ch.inflight) > 0 {
+		g := ch.inflight[0]
+		if !g.sealed {
+			break
+		}
+		done, err := c.eng.poll(g)
+		if err != nil {
+			c.failChanLocked(i, err)
+			return
+		}
+		if !done {
+			break
+		}
+		ch.graceUntil = time.Time{}
+		copy(ch.inflight, ch.inflight[1:])
+		ch.inflight[len(ch.inflight)-1] = nil
+		ch.inflight = ch.inflight[:len(ch.inflight)-1]
+		c.eng.finish(g)
+		for j := range g.ops {
+			if r := g.ops[j].r; r != nil {
+				r.complete(r.st, r.verdict)
+			} else if m := g.ops[j].early; m != nil {
+				c.landedLocked(m)
+			}
+		}
+		c.putGroup(g)
+	}
+	// A channel whose peer is gone gets lostGrace after its last progress
+	// to finish what is on the GPU: the peer delivered what it sent before
+	// it left, and a receive of anything else never completes.
+	if lost := c.peers[chanPeer(i)].lost; lost != nil && len(ch.inflight) > 0 {
+		now := time.Now()
+		switch {
+		case ch.graceUntil.IsZero():
+			ch.graceUntil = now.Add(lostGrace)
+		case now.After(ch.graceUntil):
+			c.failChanLocked(i, fmt.Errorf("%w (its operations on the GPU did not finish within %v; the channel was aborted)", lost, lostGrace))
+		}
+	}
+}
+
+// getGroup takes a group from the free list.
+func (c *conn) getGroup() *group {
+	if n := len(c.groups); n > 0 {
+		g := c.groups[n-1]
+		c.groups = c.groups[:n-1]
+		return g
+	}
+	return new(group)
+}
+
+// putGroup returns g to the free list.
+func (c *conn) putGroup(g *group) {
+	g.reset()
+	c.groups = append(c.groups, g)
+}
+
+// failChanLocked ends channel i after an error that leaves its state
+// unknown (an NCCL or CUDA error, a rank lost with operations on the GPU):
+// it aborts the channel's NCCL communicator and fails every operation on
+// it, queued or in flight, now and later. Other channels go on.
+func (c *conn) failChanLocked(i int, err error) {
+	ch := &c.chans[i]
+	if ch.err == nil {
+		ch.err = err
+		if aerr := c.eng.abort(i); aerr != nil {
+			ch.err = fmt.Errorf("%w (and ncclCommAbort failed: %v)", err, aerr)
+		}
+	}
+	err = ch.err
+	for _, g := range ch.inflight {
+		for j := range g.ops {
+			o := &g.ops[j]
+			if o.r != nil {
+				o.r.fail(err)
+			}
+			if m := o.early; m != nil {
+				if m.r != nil {
+					m.r.fail(err)
+				}
+				if m.tmp != nil {
+					c.eng.freeTemp(m.tmp)
+					m.tmp = nil
+				}
+			}
+		}
+		c.eng.release(g)
+		c.putGroup(g)
+	}
+	clear(ch.inflight)
+	ch.inflight = ch.inflight[:0]
+	if i == recvChan(chanPeer(i)) {
+		c.failRecvsLocked(chanPeer(i), err, true)
+	}
+	kept := c.queue[:0]
+	for _, r := range c.queue {
+		if chanOf(r) == i {
+			r.fail(err)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(c.queue[len(kept):])
+	c.queue = kept
+}
+
+// failAllLocked aborts every channel and fails every operation, NCCL's and
+// this rank's own, with err.
+func (c *conn) failAllLocked(err error) {
+	for i := range c.chans {
+		if chanPeer(i) != c.rank {
+			c.failChanLocked(i, err)
+		}
+	}
+	for _, r := range c.queue { // none should be left: every op has a channel
+		r.fail(err)
+	}
+	clear(c.queue)
+	c.queue = c.queue[:0]
+	c.wantFlush = false
+	for p := range c.peers {
+		c.failRecvsLocked(p, err, true)
+	}
+	c.self.fail(err)
+}
+
+// peerLost records that rank p is gone (its host connection ended: it
+// closed, aborted, or its process died). Queued sends to it fail at once.
+// Receives of what it sent before it left may still complete: in checked
+// mode those whose envelope came go on and the others fail at once;
+// without checks every receive goes on. Operations on the GPU with it get
+// lostGrace after their last progress to finish, after which their
+// channel is aborted.
+func (c *conn) peerLost(p int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.fatal != nil || c.peers[p].lost != nil {
+		return
+	}
+	if !errors.Is(err, backend.ErrPeerLost) {
+		err = fmt.Errorf("%w: rank %d: %w", backend.ErrPeerLost, p, err)
+	}
+	c.peers[p].lost = err
+	kept := c.queue[:0]
+	for _, r := range c.queue {
+		if r.peer == p && !r.recv {
+			r.fail(err)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(c.queue[len(kept):])
+	c.queue = kept
+	// Checked: every message p sent was announced before it left; the
+	// receives that matched none never will.
+	c.failRecvsLocked(p, err, false)
+	c.kick()
+}
+
+// Pending implements backend.Conn.
+func (c *conn) Pending() []backend.OpInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []backend.OpInfo
+	for i := range c.chans {
+		for _, g := range c.chans[i].inflight {
+			for j := range g.ops {
+				r := g.ops[j].r
+				if m := g.ops[j].early; m != nil {
+					r = m.r
+				}
+				if r != nil && r.stage != stageDone {
+					out = append(out, r.info())
+				}
+			}
+		}
+	}
+	for _, r := range c.queue {
+		out = append(out, r.info())
+	}
+	for p := range c.peers {
+		out = c.peers[p].pendingRecvs(out)
+	}
+	out = append(out, c.self.pending()...)
+	if c.ctl != nil {
+		for _, o := range c.ctl.tc.Pending() {
+			if o.Tag < 0 { // the library's own; the others are envelopes
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+// Abort implements backend.Conn: every pending and future operation ends
+// with err, every channel is aborted (ncclCommAbort: the GPU stops using
+// the buffers of pending operations), and the other ranks learn that this
+// rank is gone.
+func (c *conn) Abort(err error) {
+	c.mu.Lock()
+	if c.fatal == nil {
+		c.fatal = err
+	}
+	err = c.fatal
+	c.failAllLocked(err)
+	c.mu.Unlock()
+	if c.ctl != nil {
+		c.ctl.abort(err)
+	}
+}
+
+// Close implements backend.Conn. Pending operations end with ErrClosed,
+// and every later one fails with it. Channels with operations on the GPU,
+// or whose peer is gone, are aborted at once, so that no buffer is used
+// after Close returns. Then the other ranks learn that this rank left, and
+// Close waits (up to the tcp backend's linger time) for them to leave too:
+// meanwhile this rank's NCCL communicators stay up, so that a rank can
+// still receive what this one sent before closing. Then the idle channels
+// are finalized and destroyed (bounded; aborted if that takes too long).
+// The communicator's goroutines have ended when Close returns.
+func (c *conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closing = true
+		if c.fatal == nil {
+			c.fatal = backend.ErrClosed
+		}
+		var errs []error
+		var idle []int
+		for i := range c.chans {
+			ch := &c.chans[i]
+			if chanPeer(i) == c.rank || ch.err != nil {
+				continue
+			}
+			if len(ch.inflight) > 0 || c.peers[chanPeer(i)].lost != nil {
+				c.failChanLocked(i, c.fatal)
+			} else {
+				ch.err = c.fatal
+				idle = append(idle, i)
+			}
+		}
+		c.failAllLocked(c.fatal)
+		c.mu.Unlock()
+		if c.ctl != nil {
+			if err := c.ctl.close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		c.mu.Lock()
+		for _, i := range idle {
+			if err := c.eng.finalize(i, c.closeBound); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		c.mu.Unlock()
+		close(c.stop)
+		c.wg.Wait()
+		c.eng.close()
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
+}
+
+// connectAll connects every channel before any user traffic: each rank
+// sends one byte on each of its send channels and receives one on each of
+// its receive channels, all at once, and waits for them (bounded by ctx).
+// ops(p) gives the send to and the receive from rank p.
+//
+// NCCL sets a connection up lazily, inside the first operation that needs
+// it, and that setup needs the peer (DESIGN.md, "NCCL as measured"); doing
+// it here keeps it out of the first user operation, whose wait would then
+// include it. A rank has 2(N−1) channels, each an NCCL communicator of two
+// ranks with its own connection buffers: right for the one or few hosts
+// courier runs on today; a job of hundreds of ranks would need channels
+// made on first use instead.
+func (c *conn) connectAll(ctx context.Context, ops func(p int) (send, recv op)) error {
+	if c.size == 1 {
+		return nil
+	}
+	c.mu.Lock()
+	for p := range c.size {
+		if p == c.rank {
+			continue
+		}
+		s, r := ops(p)
+		for _, o := range []op{s, r} {
+			g := c.getGroup()
+			g.ch = sendChan(p)
+			if o.recv {
+				g.ch = recvChan(p)
+			}
+			g.ops = append(g.ops, o)
+			c.launchLocked(g)
+		}
+	}
+	c.mu.Unlock()
+	for delay := time.Microsecond; ; delay = min(2*delay, time.Millisecond) {
+		c.mu.Lock()
+		busy := c.progressLocked()
+		var err error
+		for i := range c.chans {
+			if err = c.chans[i].err; err != nil {
+				break
+			}
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("nccl: connecting the ranks: %w", err)
+		}
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nccl: connecting the ranks (a one-byte message on every channel) did not finish: %w", ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}

@@ -1,0 +1,169 @@
+//go:build courier_nccl_wip
+
+package nccl
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/backend/tcp"
+)
+
+// The host connection.
+//
+// NCCL tells a rank nothing when another rank closes or dies (a receive
+// from it just never completes), and carries nothing but payload. So the
+// communicator also keeps a host connection to every other rank: a
+// communicator of the tcp backend, opened beside the NCCL one. It carries
+//
+//   - without checks, no user data: one receive from each other rank
+//     stays posted on it, and ends when that rank closes, aborts or dies
+//     (the tcp backend's goodbye, or the connection breaking), which is
+//     how this rank learns of it (ErrPeerLost) instead of waiting for a
+//     timeout;
+//   - with checks (COURIER_CHECK=1), one 32-byte envelope per message,
+//     sent by Isend before the message reaches NCCL;
+//   - the messages with negative tags, the library's own (mp.Barrier's
+//     one-byte tokens), matched there by tag (conn.internal).
+//
+// Sending the envelope over the host connection, not through NCCL, is
+// what lets a receiver compare it before the payload moves: a receive that
+// asks NCCL for more than was sent never completes, and one in the same
+// group as its envelope cannot be changed once the envelope shows it.
+// Exchanging envelopes in an NCCL group of their own before the payload's
+// would deadlock valid programs on one communicator (rank 0 groups a send
+// and a receive while rank 1 receives, then sends: rank 0's envelope group
+// needs rank 1's second envelope, which rank 1 sends only after its first
+// receive, which waits for rank 0's payload group), and it would add an
+// NCCL round trip to every message.
+
+// envTag is the tag of envelopes on the host connection.
+const envTag = 1
+
+// envSize is the size of an envelope on the wire.
+const envSize = 32
+
+// envelope describes one message between two ranks: its sequence number
+// in that direction, tag, element type and count.
+type envelope struct {
+	seq   uint64
+	count int64
+	tag   int32
+	typ   backend.DType
+}
+
+// encode writes e into b (little-endian: seq, count, tag, type, zeros).
+func (e *envelope) encode(b *[envSize]byte) {
+	*b = [envSize]byte{}
+	binary.LittleEndian.PutUint64(b[0:], e.seq)
+	binary.LittleEndian.PutUint64(b[8:], uint64(e.count))
+	binary.LittleEndian.PutUint32(b[16:], uint32(e.tag))
+	b[20] = byte(e.typ)
+}
+
+// decodeEnvelope reads an envelope and validates it.
+func decodeEnvelope(b *[envSize]byte) (envelope, error) {
+	e := envelope{
+		seq:   binary.LittleEndian.Uint64(b[0:]),
+		count: int64(binary.LittleEndian.Uint64(b[8:])),
+		tag:   int32(binary.LittleEndian.Uint32(b[16:])),
+		typ:   backend.DType(b[20]),
+	}
+	if !e.typ.Valid() || e.count < 0 {
+		return envelope{}, fmt.Errorf("nccl: malformed envelope (type %d, count %d)", b[20], e.count)
+	}
+	return e, nil
+}
+
+// bytesOf views an envelope buffer as a backend.Buffer of 32 bytes.
+func bytesOf(b *[envSize]byte) backend.Buffer {
+	return backend.Buffer{Ptr: unsafe.Pointer(&b[0]), Count: envSize, Type: backend.Uint8, Mem: backend.Host}
+}
+
+// control is the host connection to the other ranks.
+type control struct {
+	tc backend.Conn
+}
+
+// openControl opens the host connection: a tcp communicator among the same
+// ranks, found through cfg.Exchange (one more AllGather).
+func openControl(ctx context.Context, cfg backend.Config) (*control, error) {
+	cfg.Check = false
+	tc, err := tcp.Driver{}.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: opening the host connection to the other ranks: %w", err)
+	}
+	return &control{tc: tc}, nil
+}
+
+// sendEnvelope sends e to rank to. The tcp backend sends 32 bytes at once
+// (it never waits for the receiver), so buf may be reused on return.
+func (k *control) sendEnvelope(to int, e *envelope, buf *[envSize]byte) error {
+	e.encode(buf)
+	r, err := k.tc.Isend(bytesOf(buf), to, envTag, 0)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait(0)
+	r.Release()
+	return err
+}
+
+// read is the goroutine that listens to rank p: it hands each envelope to
+// the communicator, and reports the rank lost when its connection ends.
+// It returns when the connection ends (or this rank closes it).
+func (k *control) read(c *conn, p int) {
+	defer c.wg.Done()
+	buf := &c.peers[p].envIn
+	for {
+		r, err := k.tc.Irecv(bytesOf(buf), p, envTag, 0)
+		if err == nil {
+			_, err = r.Wait(0)
+			r.Release()
+		}
+		if err != nil {
+			if !errors.Is(err, backend.ErrClosed) {
+				c.peerLost(p, err)
+			}
+			return
+		}
+		e, err := decodeEnvelope(buf)
+		if err == nil {
+			err = c.envelopeArrived(p, e)
+		}
+		if err != nil {
+			c.mu.Lock()
+			err = fmt.Errorf("nccl: the envelope stream from rank %d: %w", p, err)
+			c.failChanLocked(recvChan(p), err)
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+// abort tells the other ranks this rank is gone, without waiting.
+func (k *control) abort(err error) { k.tc.Abort(err) }
+
+// close says goodbye to the other ranks and closes the connections.
+func (k *control) close() error { return k.tc.Close() }
+
+// envelopeArrived takes the envelope of the next message from rank p:
+// the oldest posted receive with its tag takes it (see match.go).
+func (c *conn) envelopeArrived(p int, e envelope) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fatal != nil || c.chans[recvChan(p)].err != nil {
+		return nil
+	}
+	pe := &c.peers[p]
+	if e.seq != pe.envNext {
+		return fmt.Errorf("envelope of message %d came where %d was due", e.seq, pe.envNext)
+	}
+	pe.envNext++
+	c.announceLocked(p, e)
+	return nil
+}

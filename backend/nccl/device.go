@@ -1,0 +1,388 @@
+//go:build courier_nccl_wip
+
+package nccl
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// stageAlign is the alignment of each operation's region in staging
+// memory.
+const stageAlign = 256
+
+// minSlab is the smallest staging slab allocated.
+const minSlab = 1 << 20
+
+// device is the real engine: one GPU, an NCCL communicator of two ranks
+// and a CUDA stream per channel, and the memory that stages host buffers.
+//
+// Device buffers go to NCCL as they are (zero copy). A host buffer is
+// staged: a send's bytes are copied by the CPU into page-locked memory at
+// launch and by the GPU into device staging memory, on the stream before
+// the group; a receive lands in device staging memory, is copied by the
+// GPU into page-locked memory on the stream after the group, and by the CPU
+// into the user's slice when the group's event has fired (finish). Staging
+// memory comes in slabs, one per group, kept for reuse and freed only by
+// close (freeing device memory may wait for the device to be idle, which a
+// pending receive prevents).
+type device struct {
+	lib     *library
+	hooks   *devHooks
+	dev     cuda.Device
+	comms   []uintptr      // by channel; 0 for none (this rank's own), and once aborted or destroyed
+	streams []*cuda.Stream // by channel
+	ops     cOps           // reused by every launch
+
+	events, allEvents []*cuda.Event        // free, and all made
+	slabs, allSlabs   []*slab              // free, and all made
+	staged            []*staged            // free per-group records
+	temps             map[int64][]*tempMem // free temporary memory, by size
+	allTemps          []cuda.Slice[byte]
+	warm              cuda.Slice[byte] // 2N bytes: the connection buffers, then empty messages' tokens
+}
+
+// slab is staging memory: device memory and as much page-locked host
+// memory.
+type slab struct {
+	dev  cuda.Slice[byte]
+	host cuda.Pinned[byte]
+}
+
+func (s *slab) size() int64 { return s.dev.Len() }
+
+// staged is the device engine's record of a group: its event, its slab and
+// the receives to copy out of the slab when it is done.
+type staged struct {
+	ev    *cuda.Event
+	slab  *slab
+	backs []copyBack
+}
+
+// copyBack is a staged receive: n bytes at off in the slab go to dst.
+type copyBack struct {
+	off, n int64
+	dst    unsafe.Pointer
+}
+
+func alignUp(n int64) int64 { return (n + stageAlign - 1) &^ (stageAlign - 1) }
+
+// launch implements engine.
+func (d *device) launch(g *group) (bool, error) {
+	var need int64
+	for i := range g.ops {
+		o := &g.ops[i]
+		if o.addr == 0 && !o.token && (o.scratch || o.buf.Mem == backend.Host) {
+			need += alignUp(o.bytes())
+		}
+	}
+	st := d.getStaged()
+	g.res = st
+	if need > 0 {
+		s, err := d.getSlab(need)
+		if err != nil {
+			return false, err
+		}
+		st.slab = s
+	}
+	d.ops = d.ops[:0]
+	var off int64
+	for i := range g.ops {
+		o := &g.ops[i]
+		n := o.bytes()
+		typ, count, err := wireType(o.typ, o.count)
+		if err != nil {
+			return false, err
+		}
+		var ptr uintptr
+		switch {
+		case o.addr != 0:
+			ptr = o.addr
+		case o.token:
+			// The connection buffers: byte 0 is sent, byte 1+p receives
+			// from rank p.
+			ptr = d.warm.Ptr()
+			if o.recv {
+				ptr += uintptr(1 + o.peer)
+			}
+		case o.scratch:
+			ptr = st.slab.dev.Ptr() + uintptr(off)
+			typ, count = ncclUint8, uint64(n)
+			off += alignUp(n)
+		case o.buf.Mem == backend.Device:
+			ptr = uintptr(o.buf.Ptr)
+		default:
+			ptr = st.slab.dev.Ptr() + uintptr(off)
+			if o.recv {
+				st.backs = append(st.backs, copyBack{off: off, n: n, dst: o.buf.Ptr})
+			} else {
+				pin := st.slab.host.Slice()[off : off+n]
+				copy(pin, unsafe.Slice((*byte)(o.buf.Ptr), n))
+				dst, err := st.slab.dev.Sub(off, off+n)
+				if err == nil {
+					err = cuda.CopyToDeviceAsync(dst, pin, d.streams[g.ch])
+				}
+				if err != nil {
+					return false, fmt.Errorf("nccl: staging a send of %d bytes to rank %d: %w", n, o.peer, err)
+				}
+			}
+			off += alignUp(n)
+		}
+		d.ops.add(ptr, count, channelPeer(g.ch), typ, o.recv)
+	}
+	if d.comms[g.ch] == 0 {
+		return false, fmt.Errorf("nccl: internal error: no communicator for channel %d", g.ch)
+	}
+	return d.lib.group(d.hooks, d.comms[g.ch], d.streams[g.ch].Handle(), d.ops)
+}
+
+// channelPeer is the NCCL rank of the other end of channel ch: on the
+// channel to a rank this rank is NCCL rank 0 and the peer rank 1; on the
+// channel from it, the other way round (see initComms).
+func channelPeer(ch int) int {
+	if ch == recvChan(chanPeer(ch)) {
+		return 0
+	}
+	return 1
+}
+
+// settle implements engine.
+func (d *device) settle(ch int) (bool, error) {
+	if d.comms[ch] == 0 {
+		return false, nil
+	}
+	return d.lib.asyncState(d.comms[ch])
+}
+
+// seal implements engine: the copies of staged receives, then the event.
+func (d *device) seal(g *group) error {
+	st := g.res.(*staged)
+	for _, b := range st.backs {
+		src, err := st.slab.dev.Sub(b.off, b.off+b.n)
+		if err == nil {
+			err = cuda.CopyToHostAsync(st.slab.host.Slice()[b.off:b.off+b.n], src, d.streams[g.ch])
+		}
+		if err != nil {
+			return fmt.Errorf("nccl: copying a staged receive of %d bytes back: %w", b.n, err)
+		}
+	}
+	ev, err := d.getEvent()
+	if err != nil {
+		return err
+	}
+	st.ev = ev
+	if err := ev.Record(d.streams[g.ch]); err != nil {
+		return fmt.Errorf("nccl: recording the event after a group: %w", err)
+	}
+	return nil
+}
+
+// poll implements engine.
+func (d *device) poll(g *group) (bool, error) {
+	st := g.res.(*staged)
+	done, err := st.ev.Query()
+	if err != nil {
+		return false, fmt.Errorf("nccl: a group of %d operations failed on the GPU: %w", len(g.ops), err)
+	}
+	return done, nil
+}
+
+// finish implements engine: staged receives reach the user's slices.
+func (d *device) finish(g *group) {
+	st := g.res.(*staged)
+	for _, b := range st.backs {
+		copy(unsafe.Slice((*byte)(b.dst), b.n), st.slab.host.Slice()[b.off:b.off+b.n])
+	}
+	d.release(g)
+}
+
+// release implements engine.
+func (d *device) release(g *group) {
+	st, _ := g.res.(*staged)
+	g.res = nil
+	if st == nil {
+		return
+	}
+	if st.ev != nil {
+		d.events = append(d.events, st.ev)
+	}
+	if st.slab != nil {
+		d.slabs = append(d.slabs, st.slab)
+	}
+	clear(st.backs)
+	st.ev, st.slab, st.backs = nil, nil, st.backs[:0]
+	d.staged = append(d.staged, st)
+}
+
+// waitOn implements engine.
+func (d *device) waitOn(g *group, s *cuda.Stream) error {
+	st := g.res.(*staged)
+	return s.WaitEvent(st.ev)
+}
+
+// copyBytes implements engine.
+func (d *device) copyBytes(dst, src unsafe.Pointer, n int64) error {
+	return d.hooks.copyBytes(dst, src, n)
+}
+
+// allocTemp implements engine: device memory in power-of-two sizes (at
+// least stageAlign), kept for reuse until close.
+func (d *device) allocTemp(n int64) (*tempMem, error) {
+	size := int64(stageAlign)
+	if n > size {
+		size = int64(1) << bits.Len64(uint64(n-1))
+	}
+	if l := d.temps[size]; len(l) > 0 {
+		t := l[len(l)-1]
+		d.temps[size] = l[:len(l)-1]
+		return t, nil
+	}
+	m, err := cuda.Alloc[byte](d.dev, size)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: allocating %d bytes of device memory for a message no receive has matched yet: %w", size, err)
+	}
+	d.allTemps = append(d.allTemps, m)
+	return &tempMem{addr: m.Ptr(), res: size}, nil
+}
+
+// copyTemp implements engine.
+func (d *device) copyTemp(dst backend.Buffer, t *tempMem, n int64) error {
+	return d.hooks.copyFrom(dst.Ptr, t.addr, n)
+}
+
+// freeTemp implements engine.
+func (d *device) freeTemp(t *tempMem) {
+	if d.temps == nil {
+		d.temps = make(map[int64][]*tempMem)
+	}
+	size := t.res.(int64)
+	d.temps[size] = append(d.temps[size], t)
+}
+
+// abort implements engine.
+func (d *device) abort(ch int) error {
+	comm := d.comms[ch]
+	if comm == 0 {
+		return nil
+	}
+	d.comms[ch] = 0
+	return d.lib.abort(d.hooks, comm)
+}
+
+// finalize implements engine: ncclCommFinalize, polled until done or
+// bound, then ncclCommDestroy; ncclCommAbort if it fails or takes longer.
+func (d *device) finalize(ch int, bound time.Duration) error {
+	comm := d.comms[ch]
+	if comm == 0 {
+		return nil
+	}
+	inProgress, err := d.lib.finalize(d.hooks, comm)
+	deadline := time.Now().Add(bound)
+	for delay := time.Microsecond; err == nil && inProgress; delay = min(2*delay, time.Millisecond) {
+		if time.Now().After(deadline) {
+			err = fmt.Errorf("nccl: ncclCommFinalize did not finish within %v", bound)
+			break
+		}
+		time.Sleep(delay)
+		inProgress, err = d.lib.asyncState(comm)
+	}
+	if err != nil {
+		return joinAbort(err, d.abort(ch))
+	}
+	d.comms[ch] = 0
+	return d.lib.destroy(d.hooks, comm)
+}
+
+// joinAbort reports err, and the abort's error if it failed too.
+func joinAbort(err, aerr error) error {
+	if aerr != nil {
+		return fmt.Errorf("%w (ncclCommAbort: %v)", err, aerr)
+	}
+	return err
+}
+
+// close implements engine.
+func (d *device) close() {
+	for _, s := range d.streams {
+		if s != nil {
+			s.Synchronize()
+			s.Destroy()
+		}
+	}
+	for _, e := range d.allEvents {
+		e.Destroy()
+	}
+	for _, s := range d.allSlabs {
+		s.dev.Free()
+		s.host.Free()
+	}
+	for _, m := range d.allTemps {
+		m.Free()
+	}
+	d.warm.Free()
+	d.events, d.allEvents, d.slabs, d.allSlabs, d.temps, d.allTemps = nil, nil, nil, nil, nil, nil
+}
+
+// getStaged takes a per-group record from the free list.
+func (d *device) getStaged() *staged {
+	if n := len(d.staged); n > 0 {
+		st := d.staged[n-1]
+		d.staged = d.staged[:n-1]
+		return st
+	}
+	return new(staged)
+}
+
+// getEvent takes an event from the free list, or makes one.
+func (d *device) getEvent() (*cuda.Event, error) {
+	if n := len(d.events); n > 0 {
+		e := d.events[n-1]
+		d.events = d.events[:n-1]
+		return e, nil
+	}
+	e, err := cuda.NewEventNoTiming(d.dev)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: creating an event: %w", err)
+	}
+	d.allEvents = append(d.allEvents, e)
+	return e, nil
+}
+
+// getSlab returns the smallest free slab of at least need bytes, or
+// allocates one of the next power of two (at least minSlab).
+func (d *device) getSlab(need int64) (*slab, error) {
+	best := -1
+	for i, s := range d.slabs {
+		if s.size() >= need && (best < 0 || s.size() < d.slabs[best].size()) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		s := d.slabs[best]
+		d.slabs[best] = d.slabs[len(d.slabs)-1]
+		d.slabs[len(d.slabs)-1] = nil
+		d.slabs = d.slabs[:len(d.slabs)-1]
+		return s, nil
+	}
+	size := int64(minSlab)
+	if need > size {
+		size = int64(1) << bits.Len64(uint64(need-1))
+	}
+	dm, err := cuda.Alloc[byte](d.dev, size)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: allocating %d bytes of device memory to stage host buffers: %w", size, err)
+	}
+	hm, err := cuda.HostAlloc[byte](size)
+	if err != nil {
+		dm.Free()
+		return nil, fmt.Errorf("nccl: allocating %d bytes of page-locked memory to stage host buffers: %w", size, err)
+	}
+	s := &slab{dev: dm, host: hm}
+	d.allSlabs = append(d.allSlabs, s)
+	return s, nil
+}

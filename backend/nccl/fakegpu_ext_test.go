@@ -1,0 +1,47 @@
+//go:build courier_nccl_wip && cgo
+
+package nccl_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/courier-mp/courier/internal/conformance"
+	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/mp"
+)
+
+// TestFakeGPUChildConformance runs the conformance suite with the real
+// nccl driver on the fake GPU library (see TestFakeGPU, which starts this
+// in a child process): with checks, every case on 2 and 3 ranks; without,
+// the cases that do not need them.
+func TestFakeGPUChildConformance(t *testing.T) {
+	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
+		t.Skip("runs in the child process of TestFakeGPU")
+	}
+	runner := func(opts ...mp.Option) conformance.Runner {
+		return func(t *testing.T, n int, f func(t conformance.T, c *mp.Comm)) {
+			t.Helper()
+			opts := append([]mp.Option{mp.WithEnv(os.Getenv)}, opts...)
+			cfg := ranktest.Config{Backend: "nccl", Options: opts, Timeout: 10 * time.Second}
+			ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) { f(rt, c) })
+		}
+	}
+	t.Run("checked", func(t *testing.T) {
+		for _, n := range []int{2, 3} {
+			conformance.Run(t, n, runner(mp.WithCheck(true)))
+		}
+	})
+	t.Run("unchecked", func(t *testing.T) {
+		run := runner(mp.WithCheck(false))
+		for _, cs := range conformance.Cases() {
+			t.Run(cs.Name, func(t *testing.T) {
+				if why, ok := needsChecks[cs.Name]; ok {
+					t.Skip(why)
+				}
+				run(t, 2, cs.Run)
+			})
+		}
+	})
+}

@@ -1,0 +1,261 @@
+//go:build courier_nccl_wip && cgo
+
+package nccl
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/bootstrap"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// The real engine (the C layer, the device engine, staging, events,
+// channels of NCCL communicators) on testdata/fakegpu.c: a fake CUDA
+// driver and NCCL in one library, built here with the C compiler and
+// loaded through the real loaders. The cuda package loads its driver once
+// per process, so the tests run in a child process of this test binary
+// with COURIER_CUDA_LIBRARY and COURIER_NCCL_LIBRARY naming the fake; the
+// child runs the tests named TestFakeGPUChild*, in-process ranks sharing
+// the fake's "GPUs".
+
+// fakeGPUChildEnv marks the child process.
+const fakeGPUChildEnv = "COURIER_TEST_FAKEGPU_CHILD"
+
+func TestFakeGPU(t *testing.T) {
+	if os.Getenv(fakeGPUChildEnv) != "" {
+		t.Skip("in the child")
+	}
+	if testing.Short() {
+		t.Skip("builds a C library and runs a child process")
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler:", err)
+	}
+	lib := filepath.Join(t.TempDir(), "libfakegpu.so")
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", lib, "testdata/fakegpu.c", "-lpthread").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the fake: %v\n%s", err, out)
+	}
+	args := []string{"-test.run=^TestFakeGPUChild", "-test.count=1", "-test.timeout=10m"}
+	if testing.Verbose() {
+		args = append(args, "-test.v")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=")
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the child: %v\n%s", err, out)
+	}
+	if testing.Verbose() {
+		t.Logf("the child:\n%s", out)
+	}
+}
+
+// fakeGPUChild skips t unless this is the child, and checks that the
+// fake is what got loaded.
+func fakeGPUChild(t *testing.T) {
+	t.Helper()
+	if os.Getenv(fakeGPUChildEnv) == "" {
+		t.Skip("runs in the child process of TestFakeGPU")
+	}
+	if err := (Driver{}).Available(); err != nil {
+		t.Fatalf("the fake GPU is not available: %v", err)
+	}
+	if name, _ := cuda.Device(0).Name(); name != "Fake GPU 0" {
+		t.Fatalf("device 0 is %q, not the fake", name)
+	}
+}
+
+// realJob opens the communicators of an n-rank job in this process with
+// the real driver, through a real bootstrap exchange.
+func realJob(t *testing.T, n int, check bool) []*conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k [16]byte
+	rand.Read(k[:])
+	cs := make([]*conn, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range n {
+		job := bootstrap.Job{Rank: r, Size: n, LocalRank: r, LocalSize: n, Launcher: "test",
+			Key: hex.EncodeToString(k[:]), Addr: ln.Addr().String()}
+		if r == 0 {
+			job.Listener = ln
+		}
+		wg.Go(func() {
+			ex, err := bootstrap.Connect(ctx, job)
+			if err != nil {
+				t.Errorf("rank %d: bootstrap: %v", r, err)
+				return
+			}
+			defer ex.Close()
+			bc, err := Driver{}.Open(ctx, backend.Config{Job: job, Exchange: ex, Check: check, Timeout: 5 * time.Second, Env: os.Getenv})
+			if err != nil {
+				t.Errorf("rank %d: Open: %v", r, err)
+				return
+			}
+			cs[r] = bc.(*conn)
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for r, c := range cs {
+			if c != nil {
+				wg.Go(func() {
+					if err := c.Close(); err != nil {
+						t.Errorf("rank %d: Close: %v", r, err)
+					}
+				})
+			}
+		}
+		wg.Wait()
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	return cs
+}
+
+// TestFakeGPUChildDevice: device and host buffers, both ways, with and
+// without checks; WaitOn; a mismatch refused with device memory; a message
+// to oneself through device memory; Abort with a receive on the "GPU".
+func TestFakeGPUChildDevice(t *testing.T) {
+	fakeGPUChild(t)
+	for _, check := range []bool{false, true} {
+		cs := realJob(t, 2, check)
+		for _, n := range []int{0, 1, 1000, 3 << 20} {
+			for _, dev := range []bool{false, true} {
+				want := pattern(n, uint64(n))
+				ranks(cs, func(r int, c *conn) {
+					peer := 1 - r
+					host := make([]byte, n)
+					var ds cuda.Slice[byte]
+					b := bufOf(host, backend.Uint8)
+					if dev {
+						ds = devBuf(t, c, int64(n))
+						b = devDesc(c, ds)
+					}
+					if r == 0 {
+						if dev {
+							toDevice(t, ds, want)
+						} else {
+							copy(host, want)
+						}
+						waitAll(t, isend(t, c, b, peer, 1))
+						return
+					}
+					q := irecv(t, c, b, peer, 1)
+					st, err := q.Wait(testWait)
+					q.Release()
+					if err != nil || st != (backend.Status{Source: peer, Tag: 1, Count: int64(n)}) {
+						t.Errorf("check=%v, %d bytes, device %v: %v, %+v", check, n, dev, err, st)
+						return
+					}
+					got := host
+					if dev {
+						got = fromDevice(t, ds)
+					}
+					if !bytes.Equal(got, want) {
+						t.Errorf("check=%v, %d bytes, device %v: wrong data", check, n, dev)
+					}
+				})
+			}
+		}
+
+		// WaitOn: a stream waits for a device receive.
+		ranks(cs, func(r int, c *conn) {
+			d := devBuf(t, c, 4096)
+			if r == 0 {
+				toDevice(t, d, pattern(4096, 9))
+				waitAll(t, isend(t, c, devDesc(c, d), 1, 2))
+				return
+			}
+			s := mustStream(t, c)
+			out := devBuf(t, c, 4096)
+			q := irecv(t, c, devDesc(c, d), 0, 2)
+			if err := WaitOn(q, s); err != nil {
+				t.Errorf("WaitOn: %v", err)
+			}
+			if err := cuda.CopyDeviceAsync(out, d, s); err != nil {
+				t.Error(err)
+			}
+			waitAll(t, q)
+			if err := s.Synchronize(); err != nil {
+				t.Error(err)
+			}
+			if !bytes.Equal(fromDevice(t, out), pattern(4096, 9)) {
+				t.Error("WaitOn: wrong data")
+			}
+		})
+
+		// Self, device to device and to host.
+		for _, c := range cs {
+			a, b := devBuf(t, c, 64), devBuf(t, c, 64)
+			toDevice(t, a, pattern(64, 3))
+			waitAll(t, isend(t, c, devDesc(c, a), c.rank, 3), irecv(t, c, devDesc(c, b), c.rank, 3))
+			if !bytes.Equal(fromDevice(t, b), pattern(64, 3)) {
+				t.Error("self through device memory: wrong data")
+			}
+		}
+	}
+
+	// Checked: a truncated device message leaves the buffer alone, and a
+	// later tag is taken first.
+	cs := realJob(t, 2, true)
+	ranks(cs, func(r int, c *conn) {
+		big, small := devBuf(t, c, 1<<20), devBuf(t, c, 16)
+		if r == 0 {
+			toDevice(t, big, pattern(1<<20, 4))
+			waitAll(t, isend(t, c, devDesc(c, big), 1, 1), isend(t, c, devDesc(c, big), 1, 3), isend(t, c, devDesc(c, small), 1, 2))
+			return
+		}
+		q := irecv(t, c, devDesc(c, small), 0, 1)
+		if _, err := q.Wait(testWait); !errors.Is(err, backend.ErrTruncate) {
+			t.Errorf("1 MiB into 16 bytes: %v", err)
+		}
+		q.Release()
+		if !bytes.Equal(fromDevice(t, small), make([]byte, 16)) {
+			t.Error("a refused message wrote into the buffer")
+		}
+		waitAll(t, irecv(t, c, devDesc(c, small), 0, 2), irecv(t, c, devDesc(c, big), 0, 3))
+		if !bytes.Equal(fromDevice(t, big), pattern(1<<20, 4)) {
+			t.Error("the message taken early: wrong data")
+		}
+	})
+
+	// Abort with a receive on the "GPU"; the peer sees the rank lost.
+	cs = realJob(t, 2, false)
+	ranks(cs, func(r int, c *conn) {
+		d := devBuf(t, c, 8)
+		q := irecv(t, c, devDesc(c, d), 1-r, 9) // never sent
+		q.Test()
+		barrier(t, c, 1-r)
+		if r == 0 {
+			c.Abort(backend.ErrAborted)
+			if _, err := q.Wait(testWait); !errors.Is(err, backend.ErrAborted) {
+				t.Errorf("after Abort: %v", err)
+			}
+		} else if _, err := q.Wait(testWait); !errors.Is(err, backend.ErrPeerLost) {
+			t.Errorf("a receive from the aborted rank: %v", err)
+		}
+		q.Release()
+	})
+}

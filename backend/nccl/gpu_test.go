@@ -1,0 +1,501 @@
+//go:build courier_nccl_wip
+
+package nccl
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/bootstrap"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// The tests that need GPUs and libnccl. They skip elsewhere, and fail
+// instead of skipping when COURIER_REQUIRE_GPU=N (a number of GPUs, 1 for
+// one) asks for what they need, so that a run on the GPU machine cannot
+// pass by skipping. The multi-rank tests run when this test binary is
+// started as 2 or more ranks:
+//
+//	mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 -x COURIER_REQUIRE_GPU=2 ./nccl.test -test.v
+//
+// Every rank runs the same tests in the same order; each multi-rank test
+// opens its own communicator through one bootstrap exchange that lives as
+// long as the test binary.
+
+// requiredGPUs reads COURIER_REQUIRE_GPU.
+func requiredGPUs(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv("COURIER_REQUIRE_GPU")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("COURIER_REQUIRE_GPU=%q: want the number of GPUs required (1 for one)", v)
+	}
+	return n
+}
+
+// requireGPU skips t unless the nccl backend can work here (CUDA, a GPU,
+// libnccl). A backend that is present but fails otherwise than with
+// ErrNotSupported fails t: a broken NCCL is not a missing one.
+func requireGPU(t *testing.T) {
+	t.Helper()
+	err := Driver{}.Available()
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, backend.ErrNotSupported) {
+		t.Fatalf("CUDA or NCCL is present but fails: %v", err)
+	}
+	if requiredGPUs(t) >= 1 {
+		t.Fatalf("COURIER_REQUIRE_GPU=%d, but the nccl backend is not available: %v", requiredGPUs(t), err)
+	}
+	t.Skipf("the nccl backend is not available here: %v", err)
+}
+
+// The job every multi-rank test shares.
+var gpuJob struct {
+	once sync.Once
+	job  bootstrap.Job
+	ex   bootstrap.Exchanger
+	err  error
+}
+
+// closeGPUJob ends the shared bootstrap exchange (from TestMain).
+func closeGPUJob() {
+	if gpuJob.ex != nil {
+		gpuJob.ex.Close()
+	}
+}
+
+// requireRanks skips t unless this process is a rank of a job of at least
+// n ranks with the nccl backend available (it fails instead when
+// COURIER_REQUIRE_GPU >= n), and returns the job and its exchange.
+func requireRanks(t *testing.T, n int) (bootstrap.Job, bootstrap.Exchanger) {
+	t.Helper()
+	requireGPU(t)
+	gpuJob.once.Do(func() {
+		job, err := bootstrap.Detect()
+		if err != nil {
+			gpuJob.err = err
+			return
+		}
+		gpuJob.job = job
+		if job.Size < 2 {
+			gpuJob.err = fmt.Errorf("this process is rank %d of %d (launcher %s), not a rank of a multi-rank job: start the test binary with mpirun -np 2",
+				job.Rank, job.Size, job.Launcher)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		gpuJob.ex, gpuJob.err = bootstrap.Connect(ctx, job)
+	})
+	if gpuJob.err == nil && gpuJob.job.Size < n {
+		t.Skipf("needs %d ranks, the job has %d", n, gpuJob.job.Size)
+	}
+	if gpuJob.err != nil {
+		if requiredGPUs(t) >= n {
+			t.Fatalf("COURIER_REQUIRE_GPU=%d: %v", requiredGPUs(t), gpuJob.err)
+		}
+		t.Skip(gpuJob.err)
+	}
+	return gpuJob.job, gpuJob.ex
+}
+
+// openGPU opens a communicator of the shared job; Close runs at cleanup.
+func openGPU(t *testing.T, check bool) *conn {
+	t.Helper()
+	job, ex := requireRanks(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	bc, err := Driver{}.Open(ctx, backend.Config{Job: job, Exchange: ex, Check: check, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("rank %d: Open: %v", job.Rank, err)
+	}
+	t.Logf("rank %d: Open took %v", job.Rank, time.Since(start))
+	c := bc.(*conn)
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("rank %d: Close: %v", job.Rank, err)
+		}
+	})
+	return c
+}
+
+// openSelf opens a communicator of one rank on this process's GPU.
+func openSelf(t *testing.T) *conn {
+	t.Helper()
+	requireGPU(t)
+	job, err := bootstrap.FromEnv(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := backend.Config{Job: bootstrap.Job{Rank: 0, Size: 1, LocalRank: job.LocalRank}, Exchange: localExchange{}}
+	if job.LocalRank < 0 {
+		cfg.Job.LocalRank = 0
+	}
+	bc, err := Driver{}.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bc.(*conn)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// devBuf is n bytes of device memory on c's GPU, freed at cleanup.
+func devBuf(t *testing.T, c *conn, n int64) cuda.Slice[byte] {
+	t.Helper()
+	s, err := cuda.Alloc[byte](cuda.Device(c.dev), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Free() })
+	return s
+}
+
+// devDesc describes device memory for the backend.
+func devDesc(c *conn, s cuda.Slice[byte]) backend.Buffer {
+	addr := s.Ptr()
+	// A device address is not Go memory; converting it through memory
+	// keeps vet's unsafeptr check quiet about a legitimate use.
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	return backend.Buffer{Ptr: p, Count: s.Len(), Type: backend.Uint8, Mem: backend.Device, Device: c.dev}
+}
+
+// pattern returns n bytes that depend on seed.
+func pattern(n int, seed uint64) []byte {
+	b := make([]byte, n+8)
+	for i := 0; i < n; i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], seed*0x9e3779b97f4a7c15+uint64(i)*0xbf58476d1ce4e5b9)
+	}
+	return b[:n]
+}
+
+func toDevice(t *testing.T, s cuda.Slice[byte], b []byte) {
+	t.Helper()
+	if err := cuda.CopyToDevice(s, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fromDevice(t *testing.T, s cuda.Slice[byte]) []byte {
+	t.Helper()
+	b := make([]byte, s.Len())
+	if err := cuda.CopyToHost(b, s); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// barrier meets the peer over the host connection (a negative tag).
+func barrier(t *testing.T, c *conn, peer int) {
+	t.Helper()
+	s := isend(t, c, bufOf([]byte{1}, backend.Uint8), peer, -3)
+	q := irecv(t, c, bufOf([]byte{0}, backend.Uint8), peer, -3)
+	waitAll(t, s, q)
+}
+
+func TestGPUAvailable(t *testing.T) {
+	requireGPU(t)
+	v, path, err := Version()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := cuda.DeviceCount()
+	t.Logf("NCCL %s from %s, %d GPU(s)", v, path, n)
+}
+
+// TestGPUSelf: messages to oneself between host and device memory.
+func TestGPUSelf(t *testing.T) {
+	c := openSelf(t)
+	const n = 1 << 20
+	want := pattern(n, 1)
+	a, b := devBuf(t, c, n), devBuf(t, c, n)
+	toDevice(t, a, want)
+	waitAll(t, isend(t, c, devDesc(c, a), 0, 1)) // device, unexpected
+	waitAll(t, irecv(t, c, devDesc(c, b), 0, 1)) // into device
+	host := make([]byte, n)
+	q := irecv(t, c, bufOf(host, backend.Uint8), 0, 2) // posted first
+	waitAll(t, isend(t, c, devDesc(c, b), 0, 2))
+	waitAll(t, q)
+	if !bytes.Equal(host, want) || !bytes.Equal(fromDevice(t, b), want) {
+		t.Error("self messages through device memory changed the data")
+	}
+	q = irecv(t, c, devDesc(c, a), 0, 3)
+	if err := WaitOn(q, mustStream(t, c)); !errors.Is(err, backend.ErrNotSupported) {
+		t.Errorf("WaitOn of a self receive: %v, want ErrNotSupported", err)
+	}
+	waitAll(t, isend(t, c, bufOf(host, backend.Uint8), 0, 3), q)
+}
+
+func mustStream(t *testing.T, c *conn) *cuda.Stream {
+	t.Helper()
+	s, err := cuda.NewStream(cuda.Device(c.dev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return s
+}
+
+// TestGPUPingPong: messages both ways, host and device buffers, from 0
+// bytes to 64 MiB, with and without checks.
+func TestGPUPingPong(t *testing.T) {
+	for _, check := range []bool{false, true} {
+		t.Run(fmt.Sprint("check=", check), func(t *testing.T) {
+			c := openGPU(t, check)
+			peer := 1 - c.rank
+			if c.rank > 1 {
+				return
+			}
+			for _, n := range []int{0, 1, 8, 4 << 10, 1 << 20, 64 << 20} {
+				for _, dev := range []bool{false, true} {
+					want := pattern(n, uint64(n))
+					var sb, rb backend.Buffer
+					var ds cuda.Slice[byte]
+					host := make([]byte, n)
+					if dev {
+						ds = devBuf(t, c, int64(n))
+						sb, rb = devDesc(c, ds), devDesc(c, ds)
+						if c.rank == 0 {
+							toDevice(t, ds, want)
+						}
+					} else {
+						copy(host, want)
+						sb, rb = bufOf(host, backend.Uint8), bufOf(host, backend.Uint8)
+						if c.rank == 1 {
+							clear(host)
+						}
+					}
+					if c.rank == 0 {
+						waitAll(t, isend(t, c, sb, peer, n))
+						if dev {
+							toDevice(t, ds, make([]byte, n))
+						} else {
+							clear(host)
+						}
+						q := irecv(t, c, rb, peer, n)
+						st, err := q.Wait(20 * time.Second)
+						q.Release()
+						if err != nil || st.Count != int64(n) {
+							t.Fatalf("%d bytes, device %v: the echo: %v, %+v", n, dev, err, st)
+						}
+					} else {
+						q := irecv(t, c, rb, peer, n)
+						waitAll(t, q)
+						waitAll(t, isend(t, c, sb, peer, n))
+					}
+					got := host
+					if dev {
+						got = fromDevice(t, ds)
+					}
+					if !bytes.Equal(got, want) {
+						t.Errorf("rank %d, %d bytes, device %v: wrong data", c.rank, n, dev)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestGPUGroupings: the pairings of grouped and serial operations that
+// hang NCCL as a pair's first traffic over one communicator (DESIGN.md),
+// first thing on a fresh communicator, small and large, device memory.
+func TestGPUGroupings(t *testing.T) {
+	for _, n := range []int64{8, 32 << 20} {
+		t.Run(fmt.Sprint(n, "B"), func(t *testing.T) {
+			c := openGPU(t, false)
+			if c.rank > 1 {
+				return
+			}
+			peer := 1 - c.rank
+			a, b := devBuf(t, c, n), devBuf(t, c, n)
+			toDevice(t, a, pattern(int(n), uint64(c.rank)))
+			if c.rank == 0 {
+				s := isend(t, c, devDesc(c, a), peer, 1)
+				q := irecv(t, c, devDesc(c, b), peer, 1)
+				waitAll(t, s, q)
+			} else {
+				waitAll(t, irecv(t, c, devDesc(c, b), peer, 1))
+				waitAll(t, isend(t, c, devDesc(c, a), peer, 1))
+			}
+			if !bytes.Equal(fromDevice(t, b), pattern(int(n), uint64(peer))) {
+				t.Errorf("rank %d: wrong data", c.rank)
+			}
+			// Two sends in one group, received one at a time, and back.
+			if c.rank == 0 {
+				waitAll(t, isend(t, c, devDesc(c, a), peer, 2), isend(t, c, devDesc(c, a), peer, 3))
+				waitAll(t, irecv(t, c, devDesc(c, b), peer, 4), irecv(t, c, devDesc(c, b), peer, 5))
+			} else {
+				waitAll(t, irecv(t, c, devDesc(c, b), peer, 2))
+				waitAll(t, irecv(t, c, devDesc(c, b), peer, 3))
+				waitAll(t, isend(t, c, devDesc(c, a), peer, 4))
+				waitAll(t, isend(t, c, devDesc(c, a), peer, 5))
+			}
+		})
+	}
+}
+
+// TestGPUReceiveThenSend: a receive issued early (Test) must not hold back
+// a later send its peer waits for.
+func TestGPUReceiveThenSend(t *testing.T) {
+	c := openGPU(t, false)
+	if c.rank > 1 {
+		return
+	}
+	peer := 1 - c.rank
+	d := devBuf(t, c, 4)
+	if c.rank == 0 {
+		waitAll(t, irecv(t, c, devDesc(c, d), peer, 1))
+		waitAll(t, isend(t, c, devDesc(c, d), peer, 2))
+		return
+	}
+	q := irecv(t, c, devDesc(c, d), peer, 2)
+	q.Test()
+	waitAll(t, isend(t, c, devDesc(c, d), peer, 1), q)
+}
+
+// TestGPUWaitOn: a stream waits for a receive on the GPU, then copies the
+// received data; the CPU only synchronizes the stream.
+func TestGPUWaitOn(t *testing.T) {
+	c := openGPU(t, false)
+	if c.rank > 1 {
+		return
+	}
+	peer := 1 - c.rank
+	const n = 16 << 20
+	src, dst, out := devBuf(t, c, n), devBuf(t, c, n), devBuf(t, c, n)
+	want := pattern(n, 77)
+	if c.rank == 0 {
+		toDevice(t, src, want)
+		barrier(t, c, peer)
+		time.Sleep(50 * time.Millisecond) // the receiver's stream waits meanwhile
+		waitAll(t, isend(t, c, devDesc(c, src), peer, 1))
+		return
+	}
+	s := mustStream(t, c)
+	q := irecv(t, c, devDesc(c, dst), peer, 1)
+	if err := WaitOn(q, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.CopyDeviceAsync(out, dst, s); err != nil {
+		t.Fatal(err)
+	}
+	barrier(t, c, peer)
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(fromDevice(t, out), want) {
+		t.Error("the stream ran before the receive had completed")
+	}
+	waitAll(t, q)
+	host := make([]byte, 4)
+	if err := WaitOn(irecv(t, c, bufOf(host, backend.Uint8), peer, 2), s); !errors.Is(err, backend.ErrNotSupported) {
+		t.Errorf("WaitOn of a receive into host memory: %v", err)
+	}
+}
+
+// TestGPUChecked: with checks, mismatches are errors naming both ranks
+// that leave the buffer alone, and receives match by tag.
+func TestGPUChecked(t *testing.T) {
+	c := openGPU(t, true)
+	if c.rank > 1 {
+		return
+	}
+	peer := 1 - c.rank
+	small, big := devBuf(t, c, 64), devBuf(t, c, 1<<20)
+	if c.rank == 0 {
+		toDevice(t, big, pattern(1<<20, 5))
+		waitAll(t,
+			isend(t, c, devDesc(c, big), peer, 1),   // 1 MiB into 64 B: truncated
+			isend(t, c, devDesc(c, big), peer, 3),   // tag 3, received after tag 2
+			isend(t, c, devDesc(c, small), peer, 2)) // tag 2
+		return
+	}
+	toDevice(t, small, make([]byte, 64))
+	q := irecv(t, c, devDesc(c, small), peer, 1)
+	if _, err := q.Wait(20 * time.Second); !errors.Is(err, backend.ErrTruncate) {
+		t.Errorf("1 MiB into 64 bytes: %v, want ErrTruncate", err)
+	}
+	q.Release()
+	if !bytes.Equal(fromDevice(t, small), make([]byte, 64)) {
+		t.Error("a refused message wrote into the buffer")
+	}
+	waitAll(t, irecv(t, c, devDesc(c, small), peer, 2))
+	waitAll(t, irecv(t, c, devDesc(c, big), peer, 3))
+	if !bytes.Equal(fromDevice(t, big), pattern(1<<20, 5)) {
+		t.Error("the message taken early and copied: wrong data")
+	}
+}
+
+// TestGPUPeerLost: a rank aborts while its peer has a receive from it on
+// the GPU; the receive ends with ErrPeerLost within seconds, and the
+// aborting rank's own pending receive ends with its error.
+func TestGPUPeerLost(t *testing.T) {
+	c := openGPU(t, false)
+	if c.rank > 1 {
+		return
+	}
+	peer := 1 - c.rank
+	d := devBuf(t, c, 1<<20)
+	q := irecv(t, c, devDesc(c, d), peer, 1) // never sent
+	q.Test()
+	barrier(t, c, peer)
+	start := time.Now()
+	if c.rank == 0 {
+		stop := errors.New("test abort")
+		c.Abort(stop)
+		t.Logf("Abort with a receive on the GPU took %v", time.Since(start))
+		if _, err := q.Wait(time.Minute); !errors.Is(err, stop) {
+			t.Errorf("the aborting rank's receive: %v", err)
+		}
+		q.Release()
+		return
+	}
+	_, err := q.Wait(time.Minute)
+	q.Release()
+	if !errors.Is(err, backend.ErrPeerLost) {
+		t.Errorf("a receive from the aborted rank: %v, want ErrPeerLost", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("noticed after %v", d)
+	} else {
+		t.Logf("noticed after %v", d)
+	}
+}
+
+// TestGPUTimeout: a wait for a message never sent times out; Abort then
+// ends it (ncclCommAbort with a receive on the GPU).
+func TestGPUTimeout(t *testing.T) {
+	c := openGPU(t, false)
+	if c.rank > 1 {
+		return
+	}
+	peer := 1 - c.rank
+	d := devBuf(t, c, 8)
+	q := irecv(t, c, devDesc(c, d), peer, 1)
+	if _, err := q.Wait(300 * time.Millisecond); !errors.Is(err, backend.ErrTimeout) {
+		t.Errorf("Wait: %v, want ErrTimeout", err)
+	}
+	barrier(t, c, peer)
+	start := time.Now()
+	c.Abort(backend.ErrTimeout)
+	if _, err := q.Wait(time.Minute); !errors.Is(err, backend.ErrTimeout) {
+		t.Errorf("after Abort: %v", err)
+	}
+	q.Release()
+	t.Logf("Abort took %v", time.Since(start))
+}

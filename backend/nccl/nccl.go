@@ -1,0 +1,476 @@
+//go:build courier_nccl_wip
+
+// Package nccl is courier's GPU transport: point-to-point messages between
+// GPUs through NCCL, one GPU per rank.
+//
+// It is registered as "nccl"; programs reach it through package mp
+// (COURIER_BACKEND=nccl, or "auto", which prefers it when a GPU and
+// libnccl are present). libnccl.so.2 (or $COURIER_NCCL_LIBRARY) is loaded
+// at run time, so the package builds and links everywhere; where NCCL or a
+// GPU is missing, or in a build without cgo, Available and Open return an
+// error matching backend.ErrNotSupported that says why.
+//
+// # What a rank gets
+//
+// Each rank uses one GPU: the one of its local rank ($COURIER_DEVICE
+// overrides). Open makes a channel for each direction between this rank
+// and every other: an NCCL communicator of two ranks (non-blocking, so a
+// rank that never comes makes Open fail when its context ends, instead of
+// hanging) with its own CUDA stream, connected before Open returns. It also
+// opens a host connection (a tcp communicator) beside them. conn's
+// documentation says why channels, and how operations move.
+//
+// # Semantics
+//
+//   - Isend and Irecv queue; any Wait, Test or Done issues what is queued,
+//     as one NCCL group per channel.
+//   - Without checks, messages from one rank are received in the order
+//     they were sent, whatever their tags (NCCL has none), and a receive
+//     must ask for the message's exact size and type: NCCL silently cuts a
+//     longer message short and never completes a receive of a shorter one.
+//     This is the fast path: nothing but NCCL moves per message.
+//   - With checks (Config.Check, COURIER_CHECK=1) every message's envelope
+//     (sequence number, tag, element type, count) travels over the host
+//     connection when its send is posted. Receives then match as in MPI
+//     (the oldest message from the source with the tag), ask NCCL for
+//     exactly the message, and a mismatch (ErrMismatch, ErrTruncate) names
+//     both ranks, leaves the user's buffer alone and keeps the
+//     communicator usable: the seed's 1000-element send into a 500-element
+//     receive is an error, never garbage. Small unmatched messages are
+//     received early, so blocking sends of them complete before their
+//     receive is posted, as on the tcp backend.
+//   - AnySource and AnyTag are ErrNotSupported.
+//   - Messages to oneself are matched by tag in memory and copied (host or
+//     device), never through NCCL; a send to oneself completes at once.
+//   - Messages with negative tags (the library's own, such as mp.Barrier's)
+//     travel over the host connection, so no user receive can take them.
+//   - Device buffers (backend.Device) go to NCCL as they are; host buffers
+//     are staged through page-locked memory with copies on the channel's
+//     stream.
+//   - A rank that closes, aborts or dies is noticed through the host
+//     connection: operations with it end with ErrPeerLost (what it sent
+//     before leaving can still be received).
+//   - WaitOn makes a CUDA stream wait for a request on the GPU.
+package nccl
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+func init() { backend.Register("nccl", Driver{}) }
+
+const (
+	// LibraryEnv names the variable that overrides the library's path.
+	LibraryEnv = "COURIER_NCCL_LIBRARY"
+	// DefaultLibrary is the library loaded when LibraryEnv is unset.
+	DefaultLibrary = "libnccl.so.2"
+	// DeviceEnv names the variable that picks the GPU (an ordinal),
+	// instead of the local rank.
+	DeviceEnv = "COURIER_DEVICE"
+	// minVersion is the oldest NCCL the backend works with:
+	// non-blocking communicators and ncclCommFinalize came in 2.14.
+	minVersion = 21400
+)
+
+// Driver opens NCCL communicators. It implements backend.Driver and
+// backend.Availability.
+type Driver struct{}
+
+// libraryPath is the library to load, as getenv sees LibraryEnv.
+func libraryPath(getenv func(string) string) string {
+	if p := strings.TrimSpace(getenv(LibraryEnv)); p != "" {
+		return p
+	}
+	return DefaultLibrary
+}
+
+// libs caches loaded libraries by path: a library is loaded once per
+// process and never unloaded.
+var libs struct {
+	sync.Mutex
+	m map[string]libResult
+}
+
+type libResult struct {
+	l   *library
+	err error
+}
+
+// loadLibrary loads the NCCL library at path (once per process) and
+// checks its version.
+func loadLibrary(path string) (*library, error) {
+	libs.Lock()
+	defer libs.Unlock()
+	if r, ok := libs.m[path]; ok {
+		return r.l, r.err
+	}
+	l, err := openLibrary(path)
+	if err == nil && l.version < minVersion {
+		err = fmt.Errorf("nccl: %w: %s is NCCL %s; courier needs %s or later",
+			backend.ErrNotSupported, path, versionString(l.version), versionString(minVersion))
+		l = nil
+	}
+	if libs.m == nil {
+		libs.m = make(map[string]libResult)
+	}
+	libs.m[path] = libResult{l, err}
+	return l, err
+}
+
+// versionString spells an NCCL version code ("2.28.3").
+func versionString(v int) string {
+	if v < 10000 { // before 2.9: X*1000 + Y*100 + Z
+		return fmt.Sprintf("%d.%d.%d", v/1000, v%1000/100, v%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+}
+
+// Version loads NCCL ($COURIER_NCCL_LIBRARY, or libnccl.so.2) and returns
+// its version ("2.28.3") and the path it was loaded from. The error
+// matches backend.ErrNotSupported when it cannot be loaded.
+func Version() (version, path string, err error) {
+	path = libraryPath(os.Getenv)
+	l, err := loadLibrary(path)
+	if err != nil {
+		return "", path, err
+	}
+	return versionString(l.version), path, nil
+}
+
+// notSupported turns a CUDA failure into the reason the backend is not
+// available here.
+func notSupported(err error) error {
+	if errors.Is(err, backend.ErrNotSupported) {
+		return fmt.Errorf("nccl: %w", err)
+	}
+	return fmt.Errorf("nccl: %w: CUDA does not work here: %w", backend.ErrNotSupported, err)
+}
+
+// gpus checks that CUDA works and returns the number of devices.
+func gpus() (int, error) {
+	if err := cuda.Init(); err != nil {
+		return 0, notSupported(err)
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return 0, notSupported(err)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("nccl: %w: no CUDA device", backend.ErrNotSupported)
+	}
+	return n, nil
+}
+
+// Available implements backend.Availability: nil when CUDA works, there is
+// a GPU, and NCCL loads; otherwise an error matching
+// backend.ErrNotSupported that says which is missing.
+func (Driver) Available() error {
+	if _, err := gpus(); err != nil {
+		return err
+	}
+	_, err := loadLibrary(libraryPath(os.Getenv))
+	return err
+}
+
+// pickDevice chooses this rank's GPU among n: $COURIER_DEVICE, else the
+// local rank (else the rank, when the launcher does not say).
+func pickDevice(cfg backend.Config, n int) (cuda.Device, error) {
+	if s := strings.TrimSpace(cfg.Getenv(DeviceEnv)); s != "" {
+		d, err := strconv.Atoi(s)
+		if err != nil || d < 0 || d >= n {
+			return 0, fmt.Errorf("nccl: %w: %s=%q: want a device ordinal in [0, %d)", backend.ErrInvalid, DeviceEnv, s, n)
+		}
+		return cuda.Device(d), nil
+	}
+	lr, what := cfg.Job.LocalRank, "local rank"
+	if lr < 0 {
+		lr, what = cfg.Job.Rank, "rank (the launcher gives no local rank)"
+	}
+	if lr >= n {
+		return 0, fmt.Errorf("nccl: %w: this process is %s %d, but its host has %d GPU(s): run at most one rank per GPU, or set %s",
+			backend.ErrInvalid, what, lr, n, DeviceEnv)
+	}
+	return cuda.Device(lr), nil
+}
+
+// local is what a rank sets up before it meets the others.
+type local struct {
+	lib   *library
+	dev   cuda.Device
+	hooks *devHooks
+	host  string
+	bus   string
+	// ids[p] is the NCCL unique ID of the channel from this rank to rank
+	// p (zero at this rank).
+	ids [][idBytes]byte
+}
+
+// setupLocal loads NCCL, picks and prepares the GPU, and creates the NCCL
+// unique IDs of the channels this rank sends on.
+func setupLocal(cfg backend.Config) (*local, error) {
+	lib, err := loadLibrary(libraryPath(cfg.Getenv))
+	if err != nil {
+		return nil, err
+	}
+	n, err := gpus()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := pickDevice(cfg, n)
+	if err != nil {
+		return nil, err
+	}
+	lo := &local{lib: lib, dev: dev, ids: make([][idBytes]byte, cfg.Job.Size)}
+	lo.host, _ = os.Hostname()
+	lo.bus, _ = dev.PCIBusID()
+	if lo.hooks, err = newDevHooks(dev); err != nil {
+		return nil, fmt.Errorf("nccl: preparing %v: %w", dev, err)
+	}
+	for p := range lo.ids {
+		if p != cfg.Job.Rank {
+			if lo.ids[p], err = lib.uniqueID(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return lo, nil
+}
+
+// The hello each rank contributes to the exchange: a status byte, then
+// either the reason it cannot join, or its host name, its GPU's PCI
+// address and the NCCL unique IDs of its send channels (one per rank,
+// zeros for itself).
+const (
+	helloOK          = 0
+	helloUnsupported = 1 // the reason matches ErrNotSupported
+	helloFailed      = 2
+)
+
+func encodeHello(lo *local, err error) []byte {
+	if err != nil {
+		st := byte(helloFailed)
+		if errors.Is(err, backend.ErrNotSupported) {
+			st = helloUnsupported
+		}
+		return append([]byte{st}, err.Error()...)
+	}
+	b := []byte{helloOK}
+	for _, s := range []string{lo.host, lo.bus} {
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
+		b = append(b, s...)
+	}
+	for _, id := range lo.ids {
+		b = append(b, id[:]...)
+	}
+	return b
+}
+
+type hello struct {
+	host, bus string
+	ids       [][idBytes]byte
+}
+
+// decodeHello reads rank k's hello in a job of size ranks; an error says
+// why rank k cannot join.
+func decodeHello(k, size int, b []byte) (hello, error) {
+	var h hello
+	if len(b) == 0 {
+		return h, fmt.Errorf("nccl: rank %d sent an empty hello", k)
+	}
+	switch b[0] {
+	case helloUnsupported:
+		return h, fmt.Errorf("nccl: %w: rank %d cannot join: %s", backend.ErrNotSupported, k, b[1:])
+	case helloFailed:
+		return h, fmt.Errorf("nccl: rank %d cannot join: %s", k, b[1:])
+	case helloOK:
+	default:
+		return h, fmt.Errorf("nccl: rank %d sent a hello of kind %d", k, b[0])
+	}
+	b = b[1:]
+	var fields [2]string
+	for i := range fields {
+		if len(b) < 2 {
+			return h, fmt.Errorf("nccl: rank %d sent a short hello", k)
+		}
+		n := int(binary.LittleEndian.Uint16(b))
+		if len(b) < 2+n {
+			return h, fmt.Errorf("nccl: rank %d sent a short hello", k)
+		}
+		fields[i] = string(b[2 : 2+n])
+		b = b[2+n:]
+	}
+	h.host, h.bus = fields[0], fields[1]
+	if len(b) != size*idBytes {
+		return h, fmt.Errorf("nccl: rank %d sent %d bytes of NCCL unique IDs, want %d", k, len(b), size*idBytes)
+	}
+	h.ids = make([][idBytes]byte, size)
+	for p := range h.ids {
+		copy(h.ids[p][:], b[p*idBytes:])
+	}
+	return h, nil
+}
+
+// Open implements backend.Driver. Every rank sets up its GPU and tells
+// the others, with the NCCL unique IDs of the channels it sends on (one
+// per other rank: the sender of a channel makes its ID), through
+// cfg.Exchange; if any rank cannot join, every rank fails with its reason.
+// The ranks then open the host connection (a second AllGather), create a
+// non-blocking NCCL communicator of two ranks for each direction between
+// two ranks (all at once, polled until ready; aborted if ctx ends first),
+// and connect every channel with a one-byte message.
+func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
+	job := cfg.Job
+	if job.Size < 1 || job.Rank < 0 || job.Rank >= job.Size {
+		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, job.Rank, job.Size)
+	}
+	lo, lerr := setupLocal(cfg)
+	all, err := cfg.Exchange.AllGather(ctx, encodeHello(lo, lerr))
+	if lerr != nil {
+		return nil, lerr
+	}
+	if err == nil && len(all) != job.Size {
+		err = fmt.Errorf("nccl: the exchange returned %d hellos for %d ranks", len(all), job.Size)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nccl: exchanging the NCCL unique IDs: %w", err)
+	}
+	hellos := make([]hello, job.Size)
+	for k, b := range all {
+		if hellos[k], err = decodeHello(k, job.Size, b); err != nil {
+			return nil, err
+		}
+	}
+	for k := range hellos {
+		if k != job.Rank && hellos[k].host == lo.host && hellos[k].bus == lo.bus && lo.bus != "" {
+			return nil, fmt.Errorf("nccl: %w: ranks %d and %d would both use the GPU at %s on %s: one GPU per rank (set %s, or run fewer ranks per host)",
+				backend.ErrInvalid, min(k, job.Rank), max(k, job.Rank), lo.bus, lo.host, DeviceEnv)
+		}
+	}
+
+	eng := &device{
+		lib: lo.lib, hooks: lo.hooks, dev: lo.dev,
+		comms:   make([]uintptr, 2*job.Size),
+		streams: make([]*cuda.Stream, 2*job.Size),
+	}
+	fail := func(err error, ctl *control) (backend.Conn, error) {
+		for ch := range eng.comms {
+			if aerr := eng.abort(ch); aerr != nil {
+				err = joinAbort(err, aerr)
+			}
+		}
+		eng.close()
+		if ctl != nil {
+			ctl.abort(err)
+			ctl.close()
+		}
+		return nil, err
+	}
+	var ctl *control
+	if job.Size > 1 {
+		for p := range job.Size {
+			if p == job.Rank {
+				continue
+			}
+			for _, ch := range []int{sendChan(p), recvChan(p)} {
+				if eng.streams[ch], err = cuda.NewStream(lo.dev); err != nil {
+					return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
+				}
+			}
+		}
+		if eng.warm, err = cuda.Alloc[byte](lo.dev, int64(2*job.Size)); err != nil {
+			return fail(fmt.Errorf("nccl: allocating the connection buffers: %w", err), nil)
+		}
+		if ctl, err = openControl(ctx, cfg); err != nil {
+			return fail(err, nil)
+		}
+		if err = initComms(ctx, eng, job.Rank, job.Size, hellos); err != nil {
+			return fail(err, ctl)
+		}
+	}
+	c := newConn(connOptions{
+		rank: job.Rank, size: job.Size, dev: int(lo.dev), check: cfg.Check,
+		eng: eng, ctl: ctl, closeBound: cfg.Timeout,
+	})
+	base := eng.warm.Ptr()
+	err = c.connectAll(ctx, func(p int) (send, recv op) {
+		send = op{peer: p, typ: backend.Uint8, count: 1, addr: base}
+		recv = op{peer: p, recv: true, typ: backend.Uint8, count: 1, addr: base + uintptr(1+p)}
+		return send, recv
+	})
+	if err != nil {
+		c.Abort(err)
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// initComms creates the NCCL communicator of every channel: for each
+// other rank p, the channel from this rank to p (this rank is its NCCL
+// rank 0, with the ID this rank made) and the one from p (NCCL rank 1,
+// with p's ID). All are non-blocking and start at once; initComms polls
+// until all are ready. If ctx ends first (a rank never came, or failed on
+// its way), the caller aborts them.
+func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) error {
+	for p := range size {
+		if p == rank {
+			continue
+		}
+		for _, c := range []struct {
+			ch, nrank int
+			id        [idBytes]byte
+		}{
+			{sendChan(p), 0, hellos[rank].ids[p]},
+			{recvChan(p), 1, hellos[p].ids[rank]},
+		} {
+			comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id)
+			d.comms[c.ch] = comm
+			if err != nil {
+				return fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(c.nrank), p, err)
+			}
+		}
+	}
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		pending := 0
+		for ch, comm := range d.comms {
+			if comm == 0 {
+				continue
+			}
+			inProgress, err := d.lib.asyncState(comm)
+			if err != nil {
+				return fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(ch%2), chanPeer(ch), err)
+			}
+			if inProgress {
+				pending++
+			}
+		}
+		if pending == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nccl: ncclCommInitRankConfig (rank %d of %d on %v: %d of its channels not ready) did not finish: did every rank start, on its own GPU? %w",
+				rank, size, d.dev, pending, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
+// dirWord names a channel's direction from this rank: to (0) or from (1).
+func dirWord(recv int) string {
+	if recv == 1 {
+		return "from"
+	}
+	return "to"
+}

@@ -1,0 +1,578 @@
+//go:build courier_nccl_wip && cgo
+
+package nccl
+
+// This file and nccl_nocgo.go are the only place the package touches C.
+//
+// libnccl.so.2 is loaded at run time with dlopen, so the package builds,
+// links and runs on machines without NCCL (and without nccl.h: the few
+// types it needs are declared below). cgo is needed, not a pure-Go loader,
+// because ncclCommInitRankConfig takes the 128-byte ncclUniqueId by value,
+// which pure-Go call trampolines get wrong on amd64.
+//
+// NCCL's group state and the CUDA current context belong to the calling
+// OS thread, and goroutines move between threads. So each wrapper that
+// needs a device does everything in one C call: push the device's primary
+// context, make the NCCL calls (for a flush: ncclGroupStart, every
+// ncclSend/ncclRecv, ncclGroupEnd), pop the context. The Go side never
+// depends on, nor changes, thread state, and no goroutine is locked to a
+// thread.
+//
+// This file does not open libcuda.so.1 itself: the cuda package has it
+// loaded, and lends the addresses of cuCtxPushCurrent_v2,
+// cuCtxPopCurrent_v2 and cuMemcpy (cuda.Symbol) and the device's primary
+// context (cuda.Device.PrimaryContext).
+
+/*
+#cgo LDFLAGS: -ldl
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// NCCL's types, as nccl.h of NCCL 2.28 declares them.
+typedef int ncclResult_t;            // enum: ncclSuccess = 0 ... ncclInProgress = 7
+typedef int ncclDataType_t;          // enum: ncclInt8 = 0 ... ncclBfloat16 = 9
+typedef struct ncclComm *ncclComm_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+
+// ncclConfig_t as NCCL 2.28 lays it out (struct ncclConfig_v22800). NCCL
+// copies min(size, its own sizeof) bytes of it and resets every field newer
+// than .version to its default, so declaring exactly the 2.28 fields with
+// version 2.28.3 is right for 2.28 and for every later NCCL.
+typedef struct {
+	size_t size;
+	unsigned int magic;
+	unsigned int version;
+	int blocking;
+	int cgaClusterSize;
+	int minCTAs;
+	int maxCTAs;
+	const char *netName;
+	int splitShare;
+	int trafficClass;
+	const char *commName;
+	int collnetEnable;
+	int CTAPolicy;
+	int shrinkShare;
+	int nvlsCTAs;
+	int nChannelsPerNetPeer;
+	int nvlinkCentricSched;
+} courier_nccl_config;
+
+#define COURIER_NCCL_API_MAGIC 0xcafebeef
+#define COURIER_NCCL_CONFIG_VERSION 22803 // NCCL_VERSION(2,28,3)
+#define COURIER_NCCL_UNDEF_INT INT_MIN    // NCCL_CONFIG_UNDEF_INT
+
+// The CUDA driver entry points the wrappers call through (from cuda.Symbol).
+typedef int (*courier_nccl_ctx_push_fn)(void *ctx);
+typedef int (*courier_nccl_ctx_pop_fn)(void **ctx);
+typedef int (*courier_nccl_memcpy_fn)(unsigned long long dst, unsigned long long src, size_t bytes);
+
+typedef struct {
+	void *h;
+	ncclResult_t (*getVersion)(int *version);
+	ncclResult_t (*getUniqueId)(ncclUniqueId *id);
+	ncclResult_t (*commInitRankConfig)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, courier_nccl_config *config);
+	ncclResult_t (*commAbort)(ncclComm_t comm);
+	ncclResult_t (*commDestroy)(ncclComm_t comm);
+	ncclResult_t (*commFinalize)(ncclComm_t comm);
+	ncclResult_t (*commGetAsyncError)(ncclComm_t comm, ncclResult_t *state);
+	const char *(*getErrorString)(ncclResult_t result);
+	const char *(*getLastError)(ncclComm_t comm);
+	ncclResult_t (*groupStart)(void);
+	ncclResult_t (*groupEnd)(void);
+	ncclResult_t (*send)(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, void *stream);
+	ncclResult_t (*recv)(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, void *stream);
+} courier_nccl_lib;
+
+// How a thread reaches the device: the context to push and the driver
+// functions to push, pop and copy with.
+typedef struct {
+	uintptr_t ctx;
+	uintptr_t push;
+	uintptr_t pop;
+	uintptr_t memcpy;
+} courier_nccl_dev;
+
+// One send or receive of a flush.
+typedef struct {
+	uint64_t buf;   // device address
+	uint64_t count; // elements of type
+	int32_t peer;
+	int32_t type;   // ncclDataType_t
+	int32_t recv;   // 1: ncclRecv, 0: ncclSend
+	int32_t pad;
+} courier_nccl_op;
+
+// Result codes the wrappers add to NCCL's (which are small non-negative
+// numbers): a failed context push or pop, with the CUresult beside it.
+#define COURIER_NCCL_PUSH_FAILED -1
+#define COURIER_NCCL_POP_FAILED  -2
+
+static courier_nccl_lib *courier_nccl_open(const char *path, char *err, size_t errlen) {
+	void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+	if (h == NULL) {
+		const char *e = dlerror();
+		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
+		return NULL;
+	}
+	static courier_nccl_lib zero;
+	courier_nccl_lib *l = (courier_nccl_lib *)malloc(sizeof *l);
+	if (l == NULL) {
+		snprintf(err, errlen, "out of memory");
+		dlclose(h);
+		return NULL;
+	}
+	*l = zero;
+	l->h = h;
+#define COURIER_NCCL_SYM(field, name) \
+	do { \
+		*(void **)(&l->field) = dlsym(h, name); \
+		if (l->field == NULL) { \
+			snprintf(err, errlen, "%s: no symbol %s (NCCL older than 2.14?)", path, name); \
+			free(l); \
+			dlclose(h); \
+			return NULL; \
+		} \
+	} while (0)
+	COURIER_NCCL_SYM(getVersion, "ncclGetVersion");
+	COURIER_NCCL_SYM(getUniqueId, "ncclGetUniqueId");
+	COURIER_NCCL_SYM(commInitRankConfig, "ncclCommInitRankConfig");
+	COURIER_NCCL_SYM(commAbort, "ncclCommAbort");
+	COURIER_NCCL_SYM(commDestroy, "ncclCommDestroy");
+	COURIER_NCCL_SYM(commFinalize, "ncclCommFinalize");
+	COURIER_NCCL_SYM(commGetAsyncError, "ncclCommGetAsyncError");
+	COURIER_NCCL_SYM(getErrorString, "ncclGetErrorString");
+	COURIER_NCCL_SYM(getLastError, "ncclGetLastError");
+	COURIER_NCCL_SYM(groupStart, "ncclGroupStart");
+	COURIER_NCCL_SYM(groupEnd, "ncclGroupEnd");
+	COURIER_NCCL_SYM(send, "ncclSend");
+	COURIER_NCCL_SYM(recv, "ncclRecv");
+#undef COURIER_NCCL_SYM
+	return l;
+}
+
+static int courier_nccl_push(const courier_nccl_dev *d, int *cu) {
+	*cu = ((courier_nccl_ctx_push_fn)d->push)((void *)d->ctx);
+	return *cu == 0;
+}
+
+static void courier_nccl_pop(const courier_nccl_dev *d, int *cu) {
+	void *old = NULL;
+	int r = ((courier_nccl_ctx_pop_fn)d->pop)(&old);
+	if (*cu == 0) {
+		*cu = r;
+	}
+}
+
+static ncclResult_t courier_nccl_version(courier_nccl_lib *l, int *v) {
+	return l->getVersion(v);
+}
+
+static ncclResult_t courier_nccl_unique_id(courier_nccl_lib *l, void *out) {
+	ncclUniqueId id;
+	ncclResult_t r = l->getUniqueId(&id);
+	memcpy(out, &id, sizeof id);
+	return r;
+}
+
+// courier_nccl_init creates a non-blocking communicator on the device of
+// d. Only .size, .magic, .version and .blocking of the configuration are
+// set; every other field is left undefined as NCCL_CONFIG_INITIALIZER
+// leaves it (NCCL_CONFIG_UNDEF_INT, or NULL for the pointers), so NCCL
+// picks its defaults and honours its environment variables.
+static ncclResult_t courier_nccl_init(courier_nccl_lib *l, const courier_nccl_dev *d,
+		uintptr_t *comm, int nranks, const void *idbytes, int rank, int *cu) {
+	courier_nccl_config cfg;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.size = sizeof cfg;
+	cfg.magic = COURIER_NCCL_API_MAGIC;
+	cfg.version = COURIER_NCCL_CONFIG_VERSION;
+	cfg.blocking = 0;
+	cfg.cgaClusterSize = COURIER_NCCL_UNDEF_INT;
+	cfg.minCTAs = COURIER_NCCL_UNDEF_INT;
+	cfg.maxCTAs = COURIER_NCCL_UNDEF_INT;
+	cfg.netName = NULL;
+	cfg.splitShare = COURIER_NCCL_UNDEF_INT;
+	cfg.trafficClass = COURIER_NCCL_UNDEF_INT;
+	cfg.commName = NULL;
+	cfg.collnetEnable = COURIER_NCCL_UNDEF_INT;
+	cfg.CTAPolicy = COURIER_NCCL_UNDEF_INT;
+	cfg.shrinkShare = COURIER_NCCL_UNDEF_INT;
+	cfg.nvlsCTAs = COURIER_NCCL_UNDEF_INT;
+	cfg.nChannelsPerNetPeer = COURIER_NCCL_UNDEF_INT;
+	cfg.nvlinkCentricSched = COURIER_NCCL_UNDEF_INT;
+
+	ncclUniqueId id;
+	memcpy(&id, idbytes, sizeof id);
+	ncclComm_t c = NULL;
+	if (!courier_nccl_push(d, cu)) {
+		return COURIER_NCCL_PUSH_FAILED;
+	}
+	ncclResult_t r = l->commInitRankConfig(&c, nranks, id, rank, &cfg);
+	courier_nccl_pop(d, cu);
+	*comm = (uintptr_t)c;
+	if (r == 0 && *cu != 0) {
+		return COURIER_NCCL_POP_FAILED;
+	}
+	return r;
+}
+
+static ncclResult_t courier_nccl_async_error(courier_nccl_lib *l, uintptr_t comm, ncclResult_t *state) {
+	return l->commGetAsyncError((ncclComm_t)comm, state);
+}
+
+// courier_nccl_group issues ops[0..n) as one NCCL group on stream, with
+// the device's context current. If an op fails, the group is still ended
+// (NCCL's group state must not leak to the next call on this thread) and
+// the op's error is returned, with its index in *failed.
+static ncclResult_t courier_nccl_group(courier_nccl_lib *l, const courier_nccl_dev *d,
+		uintptr_t comm, uintptr_t stream, const courier_nccl_op *ops, int n, int *failed, int *cu) {
+	*failed = -1;
+	if (!courier_nccl_push(d, cu)) {
+		return COURIER_NCCL_PUSH_FAILED;
+	}
+	ncclResult_t r = l->groupStart();
+	if (r == 0) {
+		ncclResult_t first = 0;
+		for (int i = 0; i < n; i++) {
+			const courier_nccl_op *o = &ops[i];
+			ncclResult_t e;
+			if (o->recv) {
+				e = l->recv((void *)(uintptr_t)o->buf, (size_t)o->count, o->type, o->peer, (ncclComm_t)comm, (void *)stream);
+			} else {
+				e = l->send((const void *)(uintptr_t)o->buf, (size_t)o->count, o->type, o->peer, (ncclComm_t)comm, (void *)stream);
+			}
+			// In a group a non-blocking communicator may answer
+			// ncclInProgress for an op; only ncclGroupEnd's answer counts.
+			if (e != 0 && e != 7 && first == 0) {
+				first = e;
+				*failed = i;
+				break;
+			}
+		}
+		ncclResult_t end = l->groupEnd();
+		r = first != 0 ? first : end;
+	}
+	courier_nccl_pop(d, cu);
+	if ((r == 0 || r == 7) && *cu != 0) {
+		return COURIER_NCCL_POP_FAILED;
+	}
+	return r;
+}
+
+static ncclResult_t courier_nccl_finalize(courier_nccl_lib *l, const courier_nccl_dev *d, uintptr_t comm, int *cu) {
+	if (!courier_nccl_push(d, cu)) {
+		return COURIER_NCCL_PUSH_FAILED;
+	}
+	ncclResult_t r = l->commFinalize((ncclComm_t)comm);
+	courier_nccl_pop(d, cu);
+	return r;
+}
+
+static ncclResult_t courier_nccl_destroy(courier_nccl_lib *l, const courier_nccl_dev *d, uintptr_t comm, int *cu) {
+	if (!courier_nccl_push(d, cu)) {
+		return COURIER_NCCL_PUSH_FAILED;
+	}
+	ncclResult_t r = l->commDestroy((ncclComm_t)comm);
+	courier_nccl_pop(d, cu);
+	return r;
+}
+
+static ncclResult_t courier_nccl_abort(courier_nccl_lib *l, const courier_nccl_dev *d, uintptr_t comm, int *cu) {
+	if (!courier_nccl_push(d, cu)) {
+		return COURIER_NCCL_PUSH_FAILED;
+	}
+	ncclResult_t r = l->commAbort((ncclComm_t)comm);
+	courier_nccl_pop(d, cu);
+	return r;
+}
+
+static const char *courier_nccl_error_string(courier_nccl_lib *l, ncclResult_t r) {
+	return l->getErrorString(r);
+}
+
+static const char *courier_nccl_last_error(courier_nccl_lib *l, uintptr_t comm) {
+	return l->getLastError((ncclComm_t)comm);
+}
+
+// courier_nccl_memcpy copies bytes between any two addresses the driver
+// knows (unified addressing: device memory, or host memory), with the
+// device's context current, on the legacy default stream, which does not
+// wait for the communicator's non-blocking stream. It blocks until done.
+static int courier_nccl_memcpy(const courier_nccl_dev *d, void *dst, const void *src, size_t bytes, int *cu) {
+	if (!courier_nccl_push(d, cu)) {
+		return COURIER_NCCL_PUSH_FAILED;
+	}
+	int r = ((courier_nccl_memcpy_fn)d->memcpy)((unsigned long long)(uintptr_t)dst, (unsigned long long)(uintptr_t)src, bytes);
+	courier_nccl_pop(d, cu);
+	return r;
+}
+
+// courier_nccl_memcpy_from is courier_nccl_memcpy from a device address.
+static int courier_nccl_memcpy_from(const courier_nccl_dev *d, void *dst, uint64_t src, size_t bytes, int *cu) {
+	return courier_nccl_memcpy(d, dst, (const void *)(uintptr_t)src, bytes, cu);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// Result codes of ncclResult_t the package tells apart (nccl.h).
+const (
+	ncclSuccess     = 0
+	ncclRemoteError = 6
+	ncclInProgress  = 7
+
+	resPushFailed = C.COURIER_NCCL_PUSH_FAILED
+	resPopFailed  = C.COURIER_NCCL_POP_FAILED
+)
+
+// library is a loaded libnccl. Libraries are never unloaded: NCCL keeps
+// threads and CUDA state that do not survive dlclose.
+type library struct {
+	c       *C.courier_nccl_lib
+	path    string
+	version int
+}
+
+// openLibrary dlopens path and looks up every entry point courier uses.
+// The error matches backend.ErrNotSupported and carries the loader's
+// reason, which names the path.
+func openLibrary(path string) (*library, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var errbuf [1024]C.char
+	c := C.courier_nccl_open(cpath, &errbuf[0], C.size_t(len(errbuf)))
+	if c == nil {
+		return nil, fmt.Errorf("nccl: %w: %s", backend.ErrNotSupported, C.GoString(&errbuf[0]))
+	}
+	l := &library{c: c, path: path}
+	var v C.int
+	if r := C.courier_nccl_version(c, &v); r != ncclSuccess {
+		return nil, fmt.Errorf("nccl: %w: %s: ncclGetVersion: %s", backend.ErrNotSupported, path, l.resultString(int(r)))
+	}
+	l.version = int(v)
+	return l, nil
+}
+
+// resultString is NCCL's name for a result code.
+func (l *library) resultString(r int) string {
+	switch r {
+	case resPushFailed:
+		return "could not make the device's CUDA context current"
+	case resPopFailed:
+		return "could not restore the thread's CUDA context"
+	}
+	if s := C.courier_nccl_error_string(l.c, C.ncclResult_t(r)); s != nil {
+		return C.GoString(s)
+	}
+	return fmt.Sprintf("ncclResult_t(%d)", r)
+}
+
+// lastError is NCCL's description of its last error on comm ("" if none).
+func (l *library) lastError(comm uintptr) string {
+	if s := C.courier_nccl_last_error(l.c, C.uintptr_t(comm)); s != nil {
+		return strings.TrimSpace(C.GoString(s))
+	}
+	return ""
+}
+
+// check turns a result code into an error (nil for ncclSuccess), with
+// NCCL's last-error text for comm and the CUresult of a failed context
+// switch.
+func (l *library) check(r int, op string, comm uintptr, cu C.int) error {
+	if r == ncclSuccess {
+		return nil
+	}
+	e := &ncclError{Code: r, Op: op, Msg: l.resultString(r)}
+	if r == resPushFailed || r == resPopFailed {
+		e.Msg += fmt.Sprintf(" (CUresult %d)", int(cu))
+	} else if comm != 0 || r != ncclInProgress {
+		e.Detail = l.lastError(comm)
+	}
+	return e
+}
+
+// devHooks is how C reaches a device: its primary context and the driver
+// functions that push and pop it and copy memory.
+type devHooks struct {
+	c C.courier_nccl_dev
+}
+
+// newDevHooks asks the cuda package for device d's primary context and
+// the driver entry points the wrappers need.
+func newDevHooks(d cuda.Device) (*devHooks, error) {
+	ctx, err := d.PrimaryContext()
+	if err != nil {
+		return nil, err
+	}
+	h := &devHooks{}
+	h.c.ctx = C.uintptr_t(ctx)
+	for _, s := range []struct {
+		name string
+		dst  *C.uintptr_t
+	}{
+		{"cuCtxPushCurrent_v2", &h.c.push},
+		{"cuCtxPopCurrent_v2", &h.c.pop},
+		{"cuMemcpy", &h.c.memcpy},
+	} {
+		p, err := cuda.Symbol(s.name)
+		if err != nil {
+			return nil, err
+		}
+		*s.dst = C.uintptr_t(p)
+	}
+	return h, nil
+}
+
+// uniqueID calls ncclGetUniqueId.
+func (l *library) uniqueID() ([idBytes]byte, error) {
+	var id [idBytes]byte
+	r := C.courier_nccl_unique_id(l.c, unsafe.Pointer(&id[0]))
+	return id, l.check(int(r), "ncclGetUniqueId", 0, 0)
+}
+
+// initComm starts ncclCommInitRankConfig for a non-blocking communicator
+// on the device of h. It returns the communicator as soon as NCCL does:
+// its initialization then goes on in NCCL's threads until asyncError stops
+// saying ncclInProgress.
+func (l *library) initComm(h *devHooks, nranks, rank int, id [idBytes]byte) (uintptr, error) {
+	var comm C.uintptr_t
+	var cu C.int
+	r := C.courier_nccl_init(l.c, &h.c, &comm, C.int(nranks), unsafe.Pointer(&id[0]), C.int(rank), &cu)
+	if r == ncclInProgress {
+		return uintptr(comm), nil
+	}
+	return uintptr(comm), l.check(int(r), "ncclCommInitRankConfig", uintptr(comm), cu)
+}
+
+// asyncState calls ncclCommGetAsyncError: it returns inProgress while NCCL
+// still works on the last call (initialization, a group), and the
+// communicator's error, if it has one.
+func (l *library) asyncState(comm uintptr) (inProgress bool, err error) {
+	var state C.ncclResult_t
+	if r := C.courier_nccl_async_error(l.c, C.uintptr_t(comm), &state); r != ncclSuccess {
+		return false, l.check(int(r), "ncclCommGetAsyncError", comm, 0)
+	}
+	if state == ncclInProgress {
+		return true, nil
+	}
+	return false, l.check(int(state), "communicator", comm, 0)
+}
+
+// group issues ops as one group (ncclGroupStart, the sends and receives,
+// ncclGroupEnd) on stream, in one C call with the device's context
+// current. inProgress reports ncclGroupEnd's ncclInProgress: the
+// operations reach the stream only once asyncState stops saying so.
+func (l *library) group(h *devHooks, comm, stream uintptr, ops cOps) (inProgress bool, err error) {
+	if len(ops) == 0 {
+		return false, nil
+	}
+	var failed, cu C.int
+	r := C.courier_nccl_group(l.c, &h.c, C.uintptr_t(comm), C.uintptr_t(stream), &ops[0], C.int(len(ops)), &failed, &cu)
+	if r == ncclInProgress {
+		return true, nil
+	}
+	op := "ncclGroupEnd"
+	if failed >= 0 {
+		o := ops[failed]
+		if o.recv != 0 {
+			op = fmt.Sprintf("ncclRecv(%d elements from NCCL rank %d)", uint64(o.count), int(o.peer))
+		} else {
+			op = fmt.Sprintf("ncclSend(%d elements to NCCL rank %d)", uint64(o.count), int(o.peer))
+		}
+	}
+	return false, l.check(int(r), op, comm, cu)
+}
+
+// finalize calls ncclCommFinalize; on a non-blocking communicator it
+// answers at once and asyncState says when it is done.
+func (l *library) finalize(h *devHooks, comm uintptr) (inProgress bool, err error) {
+	var cu C.int
+	r := C.courier_nccl_finalize(l.c, &h.c, C.uintptr_t(comm), &cu)
+	if r == ncclInProgress {
+		return true, nil
+	}
+	return false, l.check(int(r), "ncclCommFinalize", comm, cu)
+}
+
+// destroy calls ncclCommDestroy.
+func (l *library) destroy(h *devHooks, comm uintptr) error {
+	var cu C.int
+	r := C.courier_nccl_destroy(l.c, &h.c, C.uintptr_t(comm), &cu)
+	return l.check(int(r), "ncclCommDestroy", 0, cu)
+}
+
+// abort calls ncclCommAbort: NCCL stops the communicator's work on the
+// device and frees it (measured: about 0.5 s with a receive pending).
+func (l *library) abort(h *devHooks, comm uintptr) error {
+	var cu C.int
+	r := C.courier_nccl_abort(l.c, &h.c, C.uintptr_t(comm), &cu)
+	return l.check(int(r), "ncclCommAbort", 0, cu)
+}
+
+// copyBytes copies n bytes from src to dst, either of which may be device
+// or host memory (cuMemcpy with unified addressing), and returns when the
+// copy is done.
+func (h *devHooks) copyBytes(dst, src unsafe.Pointer, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	var cu C.int
+	r := C.courier_nccl_memcpy(&h.c, dst, src, C.size_t(n), &cu)
+	return copyErr(r, cu, n)
+}
+
+// copyFrom is copyBytes from device address src.
+func (h *devHooks) copyFrom(dst unsafe.Pointer, src uintptr, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	var cu C.int
+	r := C.courier_nccl_memcpy_from(&h.c, dst, C.uint64_t(src), C.size_t(n), &cu)
+	return copyErr(r, cu, n)
+}
+
+// copyErr explains a failed copy.
+func copyErr(r, cu C.int, n int64) error {
+	switch {
+	case r == resPushFailed:
+		return fmt.Errorf("nccl: copying %d bytes: could not make the device's CUDA context current (CUresult %d)", n, int(cu))
+	case r != 0:
+		return fmt.Errorf("nccl: copying %d bytes: cuMemcpy: CUresult %d", n, int(r))
+	case cu != 0:
+		return fmt.Errorf("nccl: copying %d bytes: could not restore the thread's CUDA context (CUresult %d)", n, int(cu))
+	}
+	return nil
+}
+
+// cOps is a reusable array of C op descriptors for one flush.
+type cOps []C.courier_nccl_op
+
+// add appends one send or receive.
+func (o *cOps) add(buf uintptr, count uint64, peer int, typ ncclType, recv bool) {
+	var r C.int32_t
+	if recv {
+		r = 1
+	}
+	*o = append(*o, C.courier_nccl_op{
+		buf:   C.uint64_t(buf),
+		count: C.uint64_t(count),
+		peer:  C.int32_t(peer),
+		_type: C.int32_t(typ),
+		recv:  r,
+	})
+}

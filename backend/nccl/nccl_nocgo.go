@@ -1,0 +1,60 @@
+//go:build courier_nccl_wip && !cgo
+
+package nccl
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// Without cgo, libnccl cannot be loaded: openLibrary says why, and so
+// Driver.Available and Driver.Open do. The methods below exist only so
+// that the package compiles; nothing reaches them, since no *library or
+// *devHooks is ever made.
+
+// Result codes of ncclResult_t the package tells apart (nccl.h).
+const (
+	ncclSuccess     = 0
+	ncclRemoteError = 6
+	ncclInProgress  = 7
+)
+
+// library stands in for a loaded libnccl.
+type library struct {
+	path    string
+	version int
+}
+
+func errNoCgo() error {
+	return fmt.Errorf("nccl: %w: courier was built without cgo (CGO_ENABLED=0)", backend.ErrNotSupported)
+}
+
+// openLibrary reports that NCCL cannot be loaded without cgo.
+func openLibrary(path string) (*library, error) {
+	return nil, fmt.Errorf("nccl: %w: courier was built without cgo (CGO_ENABLED=0), so %s cannot be loaded", backend.ErrNotSupported, path)
+}
+
+// devHooks stands in for the C view of a device.
+type devHooks struct{}
+
+func newDevHooks(cuda.Device) (*devHooks, error) { return nil, errNoCgo() }
+
+func (l *library) uniqueID() ([idBytes]byte, error) { return [idBytes]byte{}, errNoCgo() }
+func (l *library) initComm(*devHooks, int, int, [idBytes]byte) (uintptr, error) {
+	return 0, errNoCgo()
+}
+func (l *library) asyncState(uintptr) (bool, error)                         { return false, errNoCgo() }
+func (l *library) group(*devHooks, uintptr, uintptr, cOps) (bool, error)    { return false, errNoCgo() }
+func (l *library) finalize(*devHooks, uintptr) (bool, error)                { return false, errNoCgo() }
+func (l *library) destroy(*devHooks, uintptr) error                         { return errNoCgo() }
+func (l *library) abort(*devHooks, uintptr) error                           { return errNoCgo() }
+func (h *devHooks) copyBytes(dst, src unsafe.Pointer, n int64) error        { return errNoCgo() }
+func (h *devHooks) copyFrom(dst unsafe.Pointer, src uintptr, n int64) error { return errNoCgo() }
+
+// cOps stands in for the array of C op descriptors.
+type cOps []struct{}
+
+func (o *cOps) add(uintptr, uint64, int, ncclType, bool) {}

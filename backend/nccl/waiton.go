@@ -1,0 +1,102 @@
+//go:build courier_nccl_wip
+
+package nccl
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// waitOnBound bounds how long WaitOn blocks the CPU for a request's group
+// to reach the stream (normally microseconds; longer only while NCCL sets
+// up a connection).
+const waitOnBound = time.Minute
+
+// WaitOn makes stream s wait, on the GPU, until request r (an Isend or
+// Irecv of a communicator of this backend) has completed on the
+// communicator's stream: work queued on s after WaitOn runs after the
+// transfer, and the CPU does not wait for it. This is how a compute stream
+// consumes a message without a CPU round trip (mp wraps it as
+// Request.WaitOn).
+//
+// WaitOn issues r (with everything queued before it) if it was still
+// queued, and blocks the CPU only until NCCL has the group on its stream.
+// With checks on, a receive is issued only once it has matched a message
+// its sender announced, so WaitOn blocks until the sender has posted it;
+// and a receive that matched a message taken off the wire early is
+// complete only once the CPU has copied it, so WaitOn blocks for that
+// (bounded; an error matching backend.ErrTimeout after a minute).
+// It does not complete r: Wait or Test still must, and they report errors
+// (such as a mismatch found by the checks, which a GPU-side wait cannot
+// see). It returns r's error at once if r has already failed, and nil if r
+// has already succeeded.
+//
+// A receive into host memory is complete only once the CPU has copied it
+// out of staging memory, at Wait or Test, and a message to this rank itself
+// is copied by the CPU: for these WaitOn returns an error matching
+// backend.ErrNotSupported.
+func WaitOn(r backend.Request, s *cuda.Stream) error {
+	q, ok := r.(*request)
+	if !ok || q == nil || q.c == nil {
+		return fmt.Errorf("%w: WaitOn: %T is not a pending request of the nccl backend", backend.ErrInvalid, r)
+	}
+	if s.Handle() == 0 {
+		return fmt.Errorf("%w: WaitOn: nil or destroyed stream", backend.ErrInvalid)
+	}
+	return q.c.waitOn(q, s)
+}
+
+// waitOn implements WaitOn.
+func (c *conn) waitOn(r *request, s *cuda.Stream) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	deadline := time.Now().Add(waitOnBound)
+	for {
+		if r.stage == stageDone {
+			return r.err
+		}
+		if r.stage == stageLocal {
+			return fmt.Errorf("%w: WaitOn: a message between a rank and itself is copied by the CPU; Wait for it", backend.ErrNotSupported)
+		}
+		if r.recv && r.buf.Mem == backend.Host {
+			return fmt.Errorf("%w: WaitOn: a receive into host memory is ready only when Wait or Test reports it (the CPU copies it out of staging memory); receive into device memory to wait on the GPU",
+				backend.ErrNotSupported)
+		}
+		if r.stage == stageQueued {
+			c.issueLocked()
+		}
+		// A receive that took a message received early completes when the
+		// CPU has copied it (below, by progressLocked): nothing to queue.
+		if r.stage == stageIssued && r.early == nil {
+			g := c.groupOfLocked(r)
+			if g == nil {
+				return fmt.Errorf("nccl: internal error: an issued request in no group")
+			}
+			if g.sealed {
+				return c.eng.waitOn(g, s)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: WaitOn: the request did not reach the GPU within %v", backend.ErrTimeout, waitOnBound)
+		}
+		c.mu.Unlock()
+		time.Sleep(10 * time.Microsecond)
+		c.mu.Lock()
+		c.progressLocked()
+	}
+}
+
+// groupOfLocked returns the group in flight that holds r's operation.
+func (c *conn) groupOfLocked(r *request) *group {
+	for _, g := range c.chans[chanOf(r)].inflight {
+		for i := range g.ops {
+			if g.ops[i].r == r {
+				return g
+			}
+		}
+	}
+	return nil
+}
