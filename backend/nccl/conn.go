@@ -801,15 +801,20 @@ func (c *conn) Abort(err error) {
 	}
 }
 
+// goodbyeWait bounds how long Close waits for the other ranks' goodbyes
+// (the tcp backend's linger time).
+const goodbyeWait = 2 * time.Second
+
 // Close implements backend.Conn. Pending operations end with ErrClosed,
 // and every later one fails with it. Channels with operations on the GPU,
 // or whose peer is gone, are aborted at once, so that no buffer is used
-// after Close returns. Then the other ranks learn that this rank left, and
-// Close waits (up to the tcp backend's linger time) for them to leave too:
-// meanwhile this rank's NCCL communicators stay up, so that a rank can
-// still receive what this one sent before closing. Then the idle channels
-// are finalized and destroyed (bounded; aborted if that takes too long).
-// The communicator's goroutines have ended when Close returns.
+// after Close returns. Then Close tells every other rank whether it will
+// finalize their channels, and hears the same (waiting up to goodbyeWait:
+// a rank that does not answer is gone, or not closing yet). Channels both
+// ends agree on are finalized all at once and destroyed (NCCL's finalize
+// waits for the channel's other end; bounded, aborted if it takes too
+// long); the others are aborted. Last the host connection says goodbye,
+// and the communicator's goroutines have ended when Close returns.
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -817,34 +822,43 @@ func (c *conn) Close() error {
 		if c.fatal == nil {
 			c.fatal = backend.ErrClosed
 		}
-		var errs []error
-		var idle []int
-		for i := range c.chans {
-			ch := &c.chans[i]
-			if chanPeer(i) == c.rank || ch.err != nil {
-				continue
-			}
-			if len(ch.inflight) > 0 || c.peers[chanPeer(i)].lost != nil {
-				c.failChanLocked(i, c.fatal)
-			} else {
-				ch.err = c.fatal
-				idle = append(idle, i)
+		finalize := make([]bool, c.size)
+		for p := range c.size {
+			s, r := &c.chans[sendChan(p)], &c.chans[recvChan(p)]
+			finalize[p] = p != c.rank && c.peers[p].lost == nil &&
+				s.err == nil && r.err == nil && len(s.inflight) == 0 && len(r.inflight) == 0
+			if finalize[p] {
+				// Kept for finalize: failAllLocked must not abort them.
+				s.err, r.err = c.fatal, c.fatal
 			}
 		}
 		c.failAllLocked(c.fatal)
 		c.mu.Unlock()
+		var errs []error
 		if c.ctl != nil {
+			agreed := c.ctl.goodbye(c.rank, finalize, min(goodbyeWait, c.closeBound))
+			var chs []int
+			c.mu.Lock()
+			for p := range c.size {
+				switch {
+				case agreed[p]:
+					chs = append(chs, sendChan(p), recvChan(p))
+				case finalize[p]:
+					for _, ch := range []int{sendChan(p), recvChan(p)} {
+						if err := c.eng.abort(ch); err != nil {
+							errs = append(errs, err)
+						}
+					}
+				}
+			}
+			if err := c.eng.finalize(chs, c.closeBound); err != nil {
+				errs = append(errs, err)
+			}
+			c.mu.Unlock()
 			if err := c.ctl.close(); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		c.mu.Lock()
-		for _, i := range idle {
-			if err := c.eng.finalize(i, c.closeBound); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		c.mu.Unlock()
 		close(c.stop)
 		c.wg.Wait()
 		c.eng.close()

@@ -3,6 +3,7 @@
 package nccl
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"time"
@@ -274,26 +275,55 @@ func (d *device) abort(ch int) error {
 	return d.lib.abort(d.hooks, comm)
 }
 
-// finalize implements engine: ncclCommFinalize, polled until done or
-// bound, then ncclCommDestroy; ncclCommAbort if it fails or takes longer.
-func (d *device) finalize(ch int, bound time.Duration) error {
-	comm := d.comms[ch]
-	if comm == 0 {
-		return nil
+// finalize implements engine.
+func (d *device) finalize(chs []int, bound time.Duration) error {
+	var errs []error
+	var started []int
+	for _, ch := range chs {
+		comm := d.comms[ch]
+		if comm == 0 {
+			continue
+		}
+		inProgress, err := d.lib.finalize(d.hooks, comm)
+		switch {
+		case err != nil:
+			errs = append(errs, joinAbort(err, d.abort(ch)))
+		case inProgress:
+			started = append(started, ch)
+		default:
+			errs = append(errs, d.destroy(ch))
+		}
 	}
-	inProgress, err := d.lib.finalize(d.hooks, comm)
 	deadline := time.Now().Add(bound)
-	for delay := time.Microsecond; err == nil && inProgress; delay = min(2*delay, time.Millisecond) {
-		if time.Now().After(deadline) {
-			err = fmt.Errorf("nccl: ncclCommFinalize did not finish within %v", bound)
+	for delay := time.Microsecond; len(started) > 0; delay = min(2*delay, time.Millisecond) {
+		left := started[:0]
+		for _, ch := range started {
+			inProgress, err := d.lib.asyncState(d.comms[ch])
+			switch {
+			case err != nil:
+				errs = append(errs, joinAbort(err, d.abort(ch)))
+			case inProgress:
+				left = append(left, ch)
+			default:
+				errs = append(errs, d.destroy(ch))
+			}
+		}
+		started = left
+		if len(started) > 0 && time.Now().After(deadline) {
+			for _, ch := range started {
+				err := fmt.Errorf("nccl: ncclCommFinalize of the channel %s rank %d did not finish within %v", dirWord(ch%2), chanPeer(ch), bound)
+				errs = append(errs, joinAbort(err, d.abort(ch)))
+			}
 			break
 		}
 		time.Sleep(delay)
-		inProgress, err = d.lib.asyncState(comm)
 	}
-	if err != nil {
-		return joinAbort(err, d.abort(ch))
-	}
+	return errors.Join(errs...)
+}
+
+// destroy frees channel ch's finalized communicator.
+func (d *device) destroy(ch int) error {
+	comm := d.comms[ch]
 	d.comms[ch] = 0
 	return d.lib.destroy(d.hooks, comm)
 }

@@ -65,9 +65,14 @@ type engine interface {
 	// frees its communicator; its stream has drained when it returns.
 	// Aborting a channel that is gone does nothing.
 	abort(ch int) error
-	// finalize ends channel ch's communicator in an orderly way
-	// (ncclCommFinalize, then ncclCommDestroy) within bound, or aborts it.
-	finalize(ch int, bound time.Duration) error
+	// finalize ends the communicators of channels chs in an orderly way:
+	// ncclCommFinalize on every one first, then it polls them all, and
+	// destroys each once done (ncclCommDestroy); what is not done within
+	// bound is aborted. NCCL's finalize waits for the other end of the
+	// channel to finalize it too (a barrier among a communicator's ranks
+	// on a host), so the ends must not finalize their channels one by one
+	// in different orders.
+	finalize(chs []int, bound time.Duration) error
 	// close frees the streams, events and staging memory; every channel
 	// has been aborted or finalized by then.
 	close()

@@ -105,6 +105,7 @@ type fabric struct {
 	mu      sync.Mutex
 	chans   map[[2]int]*fchan // by (sender, receiver)
 	engines []*fakeEngine
+	finals  map[[2]int]bool // (rank, channel) finalized
 	seed    uint64
 	// inProgressEvery makes every n-th launch answer ncclInProgress (0:
 	// every 3rd).
@@ -351,17 +352,54 @@ func dropChan(l []*fop, e *fakeEngine, ch int) []*fop {
 	return out
 }
 
-func (e *fakeEngine) finalize(ch int, _ time.Duration) error {
-	e.f.mu.Lock()
-	busy := len(e.streams[ch]) > 0
-	e.f.mu.Unlock()
-	if busy {
-		e.abort(ch)
-		return fmt.Errorf("fake nccl: finalize with work on the stream")
+// finalize models NCCL's: a channel's finalize completes only once the
+// other end of the channel has finalized it too (a barrier), so ends that
+// finalize their channels one by one in different orders would time out.
+func (e *fakeEngine) finalize(chs []int, bound time.Duration) error {
+	f := e.f
+	f.mu.Lock()
+	if f.finals == nil {
+		f.finals = map[[2]int]bool{}
 	}
-	e.f.mu.Lock()
-	e.aborted[ch] = true
-	e.f.mu.Unlock()
+	for _, ch := range chs {
+		if len(e.streams[ch]) > 0 {
+			f.mu.Unlock()
+			return fmt.Errorf("fake nccl: finalize with work on the stream of channel %d", ch)
+		}
+		f.finals[[2]int{e.rank, ch}] = true
+	}
+	f.mu.Unlock()
+	deadline := time.Now().Add(bound)
+	for {
+		f.mu.Lock()
+		var waiting []int
+		for _, ch := range chs {
+			p := chanPeer(ch)
+			mirror := recvChan(e.rank)
+			if ch == recvChan(p) {
+				mirror = sendChan(e.rank)
+			}
+			if !f.finals[[2]int{p, mirror}] {
+				waiting = append(waiting, ch)
+			}
+		}
+		f.mu.Unlock()
+		if len(waiting) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, ch := range waiting {
+				e.abort(ch)
+			}
+			return fmt.Errorf("fake nccl: finalize of channels %v timed out: the other ends did not finalize them", waiting)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.mu.Lock()
+	for _, ch := range chs {
+		e.aborted[ch] = true
+	}
+	f.mu.Unlock()
 	return nil
 }
 

@@ -509,18 +509,29 @@ func (l *library) finalize(h *devHooks, comm uintptr) (inProgress bool, err erro
 	return false, l.check(int(r), "ncclCommFinalize", comm, cu)
 }
 
-// destroy calls ncclCommDestroy.
+// destroy calls ncclCommDestroy on a finalized communicator (which frees
+// it without waiting for anyone). On a non-blocking communicator NCCL may
+// answer ncclInProgress and free it in the background: the handle is gone
+// either way.
 func (l *library) destroy(h *devHooks, comm uintptr) error {
 	var cu C.int
 	r := C.courier_nccl_destroy(l.c, &h.c, C.uintptr_t(comm), &cu)
+	if r == ncclInProgress {
+		return nil
+	}
 	return l.check(int(r), "ncclCommDestroy", 0, cu)
 }
 
 // abort calls ncclCommAbort: NCCL stops the communicator's work on the
-// device and frees it (measured: about 0.5 s with a receive pending).
+// device and frees it, without waiting for the other ranks (measured:
+// about 0.5 s with a receive pending). As with destroy, ncclInProgress
+// means it finishes in the background.
 func (l *library) abort(h *devHooks, comm uintptr) error {
 	var cu C.int
 	r := C.courier_nccl_abort(l.c, &h.c, C.uintptr_t(comm), &cu)
+	if r == ncclInProgress {
+		return nil
+	}
 	return l.check(int(r), "ncclCommAbort", 0, cu)
 }
 

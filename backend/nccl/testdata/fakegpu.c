@@ -25,7 +25,11 @@
 //     anything on such a stream before then is an error the fake reports
 //     from then on (ncclInvalidUsage from every NCCL call);
 //   - a send or receive must lie in device memory of the communicator's
-//     device.
+//     device;
+//   - ncclCommFinalize completes only once every rank of the communicator
+//     has called it (NCCL's finalize ends with a barrier of the ranks on
+//     a host), and ncclCommDestroy of a communicator not finalized, which
+//     would run that barrier inside, is an error.
 
 #include <limits.h>
 #include <pthread.h>
@@ -207,7 +211,7 @@ struct comm {
 	// polls left before they reach their streams.
 	struct op *pending;
 	int npending, pending_polls;
-	int finalize_polls, finalized;
+	int finalize_polls, finalized, final_done;
 	int aborted;
 };
 
@@ -861,8 +865,16 @@ ncclResult_t ncclCommGetAsyncError(struct comm *c, ncclResult_t *state) {
 		} else {
 			*state = NCCL_IN_PROGRESS;
 		}
-	} else if (c->finalize_polls > 0) {
-		if (--c->finalize_polls > 0) *state = NCCL_IN_PROGRESS;
+	} else if (c->finalized && !c->final_done) {
+		int all = 1;
+		for (int r = 0; r < c->cl->nranks; r++) {
+			if (c->cl->ranks[r] == NULL || !c->cl->ranks[r]->finalized) all = 0;
+		}
+		if (all && --c->finalize_polls <= 0) {
+			c->final_done = 1;
+		} else {
+			*state = NCCL_IN_PROGRESS;
+		}
 	}
 	UNLOCK();
 	return NCCL_OK;
@@ -938,8 +950,10 @@ ncclResult_t ncclCommFinalize(struct comm *c) {
 	if (misuse) return NCCL_INVALID_USAGE;
 	if (c == NULL || c->finalized) return NCCL_INVALID_ARGUMENT;
 	if (cur() == NULL) return bad(NCCL_INVALID_USAGE, "ncclCommFinalize without a current CUDA context");
+	LOCK();
 	c->finalized = 1;
 	c->finalize_polls = 2;
+	UNLOCK();
 	return NCCL_IN_PROGRESS;
 }
 
@@ -965,6 +979,7 @@ static void drop(struct comm *c) {
 ncclResult_t ncclCommDestroy(struct comm *c) {
 	if (c == NULL) return NCCL_INVALID_ARGUMENT;
 	LOCK();
+	if (!c->final_done) fail_usage("ncclCommDestroy of a communicator not finalized: NCCL would wait in a barrier for every rank");
 	for (struct stream *s = streams; s; s = s->next) {
 		for (struct work *w = s->head; w; w = w->next) {
 			if (w->kind == W_NCCL && w->comm == c) fail_usage("ncclCommDestroy with operations on a stream (courier aborts those)");
