@@ -29,9 +29,6 @@ const (
 	// rank that sent its last message and closed has delivered it, and the
 	// receive completes on its own.
 	lostGrace = 500 * time.Millisecond
-	// defaultCloseBound bounds Close's orderly shutdown of the NCCL
-	// communicator (ncclCommFinalize) when Config.Timeout is zero.
-	defaultCloseBound = 10 * time.Second
 )
 
 // conn is one rank's endpoint of an NCCL communicator: it implements
@@ -88,7 +85,6 @@ type conn struct {
 	check      bool
 	eng        engine
 	ctl        *control // the host connection to every other rank; nil with one rank
-	closeBound time.Duration
 
 	mu        sync.Mutex
 	queue     []*request // posted, not yet issued, in posting order
@@ -157,7 +153,6 @@ type connOptions struct {
 	check      bool
 	eng        engine
 	ctl        *control
-	closeBound time.Duration
 }
 
 // newConn makes a communicator around an engine (and, with more than one
@@ -170,16 +165,12 @@ func newConn(o connOptions) *conn {
 		check:      o.check,
 		eng:        o.eng,
 		ctl:        o.ctl,
-		closeBound: o.closeBound,
 		chans:      make([]channel, 2*o.size),
 		peers:      make([]peer, o.size),
 		pick:       make([]*group, 2*o.size),
 		flushState: make([]uint8, 2*o.size),
 		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
-	}
-	if c.closeBound <= 0 {
-		c.closeBound = defaultCloseBound
 	}
 	c.wg.Add(1)
 	go c.run()
@@ -294,14 +285,15 @@ func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 }
 
 // Irecv implements backend.Conn. It queues the receive and returns at
-// once. The receive takes the next message from source that no earlier
-// receive from source takes (NCCL delivers in order and has no tags), so
-// AnySource and AnyTag are not supported; from this rank itself, messages
-// are matched by tag.
+// once. Without checks, the receive takes the next message from source
+// that no earlier receive from source takes, whatever its tag (NCCL
+// delivers in order and has no tags); with checks, the oldest message from
+// source with its tag (match.go); from this rank itself, the oldest with
+// its tag. AnySource and AnyTag are not supported.
 func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
 	if source == backend.AnySource || tag == backend.AnyTag {
-		return nil, fmt.Errorf("%w: the nccl backend takes the messages from each rank in the order they were sent "+
-			"(NCCL has no tags), so it cannot match AnySource or AnyTag; name the source and tag (or use the tcp backend)",
+		return nil, fmt.Errorf("%w: the nccl backend cannot match AnySource or AnyTag: a receive must name its source and tag "+
+			"(NCCL delivers each rank's messages in order; use the tcp backend for wildcards)",
 			backend.ErrNotSupported)
 	}
 	if source < 0 || source >= c.size {
@@ -515,10 +507,15 @@ func (c *conn) prepareLocked(r *request, g *group) {
 		r.st = backend.Status{Source: c.rank, Tag: r.tag, Count: r.buf.Count}
 	}
 	if o.bytes() == 0 {
-		// An empty message still pairs its send with its receive (a
-		// receive must not complete before the send was posted): it moves
-		// a one-byte token. With checks, its envelope does that instead
-		// (match.go), and NCCL is not involved.
+		if c.check {
+			// Its envelope says it all: the receive completes when it
+			// matches it (match.go), and NCCL is not involved.
+			r.complete(r.st, nil)
+			return
+		}
+		// Without checks an empty message still pairs its send with its
+		// receive (a receive must not complete before the send was
+		// posted): it moves a one-byte token.
 		o.token, o.typ, o.count = true, backend.Uint8, 1
 	}
 	g.ops = append(g.ops, o)
@@ -801,20 +798,13 @@ func (c *conn) Abort(err error) {
 	}
 }
 
-// goodbyeWait bounds how long Close waits for the other ranks' goodbyes
-// (the tcp backend's linger time).
-const goodbyeWait = 2 * time.Second
-
 // Close implements backend.Conn. Pending operations end with ErrClosed,
-// and every later one fails with it. Channels with operations on the GPU,
-// or whose peer is gone, are aborted at once, so that no buffer is used
-// after Close returns. Then Close tells every other rank whether it will
-// finalize their channels, and hears the same (waiting up to goodbyeWait:
-// a rank that does not answer is gone, or not closing yet). Channels both
-// ends agree on are finalized all at once and destroyed (NCCL's finalize
-// waits for the channel's other end; bounded, aborted if it takes too
-// long); the others are aborted. Last the host connection says goodbye,
-// and the communicator's goroutines have ended when Close returns.
+// and every later one fails with it. The host connection says goodbye to
+// the other ranks and waits (up to the tcp backend's linger time) for
+// theirs; then every channel is aborted (ncclCommAbort, all at once: see
+// engine.close for why not ncclCommFinalize), which also stops whatever
+// was still on the GPU, so no buffer is used after Close returns. The
+// communicator's goroutines have ended when Close returns.
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -822,46 +812,25 @@ func (c *conn) Close() error {
 		if c.fatal == nil {
 			c.fatal = backend.ErrClosed
 		}
-		finalize := make([]bool, c.size)
-		for p := range c.size {
-			s, r := &c.chans[sendChan(p)], &c.chans[recvChan(p)]
-			finalize[p] = p != c.rank && c.peers[p].lost == nil &&
-				s.err == nil && r.err == nil && len(s.inflight) == 0 && len(r.inflight) == 0
-			if finalize[p] {
-				// Kept for finalize: failAllLocked must not abort them.
-				s.err, r.err = c.fatal, c.fatal
+		for i := range c.chans {
+			// Closed, not failed: engine.close aborts them all at once.
+			if c.chans[i].err == nil {
+				c.chans[i].err = c.fatal
 			}
 		}
 		c.failAllLocked(c.fatal)
 		c.mu.Unlock()
 		var errs []error
 		if c.ctl != nil {
-			agreed := c.ctl.goodbye(c.rank, finalize, min(goodbyeWait, c.closeBound))
-			var chs []int
-			c.mu.Lock()
-			for p := range c.size {
-				switch {
-				case agreed[p]:
-					chs = append(chs, sendChan(p), recvChan(p))
-				case finalize[p]:
-					for _, ch := range []int{sendChan(p), recvChan(p)} {
-						if err := c.eng.abort(ch); err != nil {
-							errs = append(errs, err)
-						}
-					}
-				}
-			}
-			if err := c.eng.finalize(chs, c.closeBound); err != nil {
-				errs = append(errs, err)
-			}
-			c.mu.Unlock()
 			if err := c.ctl.close(); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		close(c.stop)
 		c.wg.Wait()
-		c.eng.close()
+		if err := c.eng.close(); err != nil {
+			errs = append(errs, err)
+		}
 		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -144,54 +143,6 @@ func (k *control) read(c *conn, p int) {
 			return
 		}
 	}
-}
-
-// goodbyeTag is the tag of the goodbyes Close exchanges.
-const goodbyeTag = -1000
-
-// goodbye tells every other rank p whether this rank will finalize the
-// channels it shares with p (finalize[p]), hears the same from p, and
-// returns for each rank whether both will: NCCL finalizes a channel only
-// when both of its ends do (a barrier), so the two must agree. A rank that
-// does not answer within wait (it is gone, or not closing yet) gets its
-// channels aborted instead, which needs no one.
-func (k *control) goodbye(rank int, finalize []bool, wait time.Duration) []bool {
-	n := len(finalize)
-	agreed := make([]bool, n)
-	out, in := make([]byte, n), make([]byte, n)
-	recvs := make([]backend.Request, n)
-	for p := range n {
-		if p == rank {
-			continue
-		}
-		if finalize[p] {
-			out[p] = 1
-		}
-		if s, err := k.tc.Isend(bytesAt(out, p), p, goodbyeTag, 0); err == nil {
-			if _, err := s.Wait(wait); err == nil {
-				s.Release()
-			}
-		}
-		recvs[p], _ = k.tc.Irecv(bytesAt(in, p), p, goodbyeTag, 0)
-	}
-	deadline := time.Now().Add(wait)
-	for p, r := range recvs {
-		if r == nil {
-			continue
-		}
-		if _, err := r.Wait(max(time.Until(deadline), time.Millisecond)); err == nil {
-			r.Release()
-			agreed[p] = finalize[p] && in[p] == 1
-		}
-		// A receive still pending is ended by close; its request is
-		// left to the garbage collector.
-	}
-	return agreed
-}
-
-// bytesAt describes the one byte b[i].
-func bytesAt(b []byte, i int) backend.Buffer {
-	return backend.Buffer{Ptr: unsafe.Pointer(&b[i]), Count: 1, Type: backend.Uint8, Mem: backend.Host}
 }
 
 // abort tells the other ranks this rank is gone, without waiting.

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"time"
+	"sync"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -275,59 +275,6 @@ func (d *device) abort(ch int) error {
 	return d.lib.abort(d.hooks, comm)
 }
 
-// finalize implements engine.
-func (d *device) finalize(chs []int, bound time.Duration) error {
-	var errs []error
-	var started []int
-	for _, ch := range chs {
-		comm := d.comms[ch]
-		if comm == 0 {
-			continue
-		}
-		inProgress, err := d.lib.finalize(d.hooks, comm)
-		switch {
-		case err != nil:
-			errs = append(errs, joinAbort(err, d.abort(ch)))
-		case inProgress:
-			started = append(started, ch)
-		default:
-			errs = append(errs, d.destroy(ch))
-		}
-	}
-	deadline := time.Now().Add(bound)
-	for delay := time.Microsecond; len(started) > 0; delay = min(2*delay, time.Millisecond) {
-		left := started[:0]
-		for _, ch := range started {
-			inProgress, err := d.lib.asyncState(d.comms[ch])
-			switch {
-			case err != nil:
-				errs = append(errs, joinAbort(err, d.abort(ch)))
-			case inProgress:
-				left = append(left, ch)
-			default:
-				errs = append(errs, d.destroy(ch))
-			}
-		}
-		started = left
-		if len(started) > 0 && time.Now().After(deadline) {
-			for _, ch := range started {
-				err := fmt.Errorf("nccl: ncclCommFinalize of the channel %s rank %d did not finish within %v", dirWord(ch%2), chanPeer(ch), bound)
-				errs = append(errs, joinAbort(err, d.abort(ch)))
-			}
-			break
-		}
-		time.Sleep(delay)
-	}
-	return errors.Join(errs...)
-}
-
-// destroy frees channel ch's finalized communicator.
-func (d *device) destroy(ch int) error {
-	comm := d.comms[ch]
-	d.comms[ch] = 0
-	return d.lib.destroy(d.hooks, comm)
-}
-
 // joinAbort reports err, and the abort's error if it failed too.
 func joinAbort(err, aerr error) error {
 	if aerr != nil {
@@ -336,11 +283,34 @@ func joinAbort(err, aerr error) error {
 	return err
 }
 
-// close implements engine.
-func (d *device) close() {
+// close implements engine: every channel left is aborted, in parallel
+// (each abort is one C call on a thread of its own; they are independent
+// communicators).
+func (d *device) close() error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for ch, comm := range d.comms {
+		if comm == 0 {
+			continue
+		}
+		d.comms[ch] = 0
+		wg.Go(func() {
+			if err := d.lib.abort(d.hooks, comm); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	for _, s := range d.streams {
 		if s != nil {
-			s.Synchronize()
+			if err := s.Synchronize(); err != nil {
+				errs = append(errs, fmt.Errorf("nccl: waiting for a channel's stream after its abort: %w", err))
+			}
 			s.Destroy()
 		}
 	}
@@ -356,6 +326,7 @@ func (d *device) close() {
 	}
 	d.warm.Free()
 	d.events, d.allEvents, d.slabs, d.allSlabs, d.temps, d.allTemps = nil, nil, nil, nil, nil, nil
+	return errors.Join(errs...)
 }
 
 // getStaged takes a per-group record from the free list.

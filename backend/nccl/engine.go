@@ -3,7 +3,6 @@
 package nccl
 
 import (
-	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -65,17 +64,14 @@ type engine interface {
 	// frees its communicator; its stream has drained when it returns.
 	// Aborting a channel that is gone does nothing.
 	abort(ch int) error
-	// finalize ends the communicators of channels chs in an orderly way:
-	// ncclCommFinalize on every one first, then it polls them all, and
-	// destroys each once done (ncclCommDestroy); what is not done within
-	// bound is aborted. NCCL's finalize waits for the other end of the
-	// channel to finalize it too (a barrier among a communicator's ranks
-	// on a host), so the ends must not finalize their channels one by one
-	// in different orders.
-	finalize(chs []int, bound time.Duration) error
-	// close frees the streams, events and staging memory; every channel
-	// has been aborted or finalized by then.
-	close()
+	// close ends every channel's communicator that is left, all at once,
+	// with ncclCommAbort, then waits for the streams and frees them, the
+	// events and the staging memory. Not ncclCommFinalize and
+	// ncclCommDestroy: NCCL's finalize (which destroy runs when it was not
+	// called) ends with a barrier of the communicator's ranks on a host, so
+	// a rank that closes while its peer does not (or not yet) would wait
+	// for it; abort skips it.
+	close() error
 }
 
 // sendChan and recvChan are the channels that carry this rank's sends to,

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -55,7 +54,7 @@ func (fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, e
 	}
 	c := newConn(connOptions{
 		rank: job.Rank, size: job.Size, check: cfg.Check,
-		eng: f.engine(job.Rank), ctl: ctl, closeBound: cfg.Timeout,
+		eng: f.engine(job.Rank), ctl: ctl,
 	})
 	warm := make([]byte, 2*job.Size)
 	err := c.connectAll(ctx, func(p int) (send, recv op) {
@@ -105,7 +104,6 @@ type fabric struct {
 	mu      sync.Mutex
 	chans   map[[2]int]*fchan // by (sender, receiver)
 	engines []*fakeEngine
-	finals  map[[2]int]bool // (rank, channel) finalized
 	seed    uint64
 	// inProgressEvery makes every n-th launch answer ncclInProgress (0:
 	// every 3rd).
@@ -352,59 +350,18 @@ func dropChan(l []*fop, e *fakeEngine, ch int) []*fop {
 	return out
 }
 
-// finalize models NCCL's: a channel's finalize completes only once the
-// other end of the channel has finalized it too (a barrier), so ends that
-// finalize their channels one by one in different orders would time out.
-func (e *fakeEngine) finalize(chs []int, bound time.Duration) error {
-	f := e.f
-	f.mu.Lock()
-	if f.finals == nil {
-		f.finals = map[[2]int]bool{}
+func (e *fakeEngine) close() error {
+	e.f.mu.Lock()
+	var chs []int
+	for ch := range e.streams {
+		chs = append(chs, ch)
 	}
+	e.f.mu.Unlock()
 	for _, ch := range chs {
-		if len(e.streams[ch]) > 0 {
-			f.mu.Unlock()
-			return fmt.Errorf("fake nccl: finalize with work on the stream of channel %d", ch)
-		}
-		f.finals[[2]int{e.rank, ch}] = true
+		e.abort(ch)
 	}
-	f.mu.Unlock()
-	deadline := time.Now().Add(bound)
-	for {
-		f.mu.Lock()
-		var waiting []int
-		for _, ch := range chs {
-			p := chanPeer(ch)
-			mirror := recvChan(e.rank)
-			if ch == recvChan(p) {
-				mirror = sendChan(e.rank)
-			}
-			if !f.finals[[2]int{p, mirror}] {
-				waiting = append(waiting, ch)
-			}
-		}
-		f.mu.Unlock()
-		if len(waiting) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			for _, ch := range waiting {
-				e.abort(ch)
-			}
-			return fmt.Errorf("fake nccl: finalize of channels %v timed out: the other ends did not finalize them", waiting)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	f.mu.Lock()
-	for _, ch := range chs {
-		e.aborted[ch] = true
-	}
-	f.mu.Unlock()
-	return nil
-}
-
-func (e *fakeEngine) close() {
 	e.f.mu.Lock()
 	e.closed = true
 	e.f.mu.Unlock()
+	return nil
 }

@@ -259,3 +259,68 @@ func TestFakeGPUChildDevice(t *testing.T) {
 		q.Release()
 	})
 }
+
+// TestFakeGPUChildAllocs: a message costs no allocation in steady state
+// (without checks), host or device memory: requests, groups, staging and
+// events are reused, and the C calls return their results by value.
+func TestFakeGPUChildAllocs(t *testing.T) {
+	fakeGPUChild(t)
+	cs := realJob(t, 2, false)
+	for _, dev := range []bool{false, true} {
+		bufs := make([]backend.Buffer, 2)
+		for r, c := range cs {
+			bufs[r] = bufOf(make([]byte, 4096), backend.Uint8)
+			if dev {
+				bufs[r] = devDesc(c, devBuf(t, c, 4096))
+			}
+		}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() { // rank 1 echoes
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				q, err := cs[1].Irecv(bufs[1], 0, 1, 0)
+				if err != nil {
+					return
+				}
+				if _, err := q.Wait(testWait); err != nil {
+					return
+				}
+				q.Release()
+				s, err := cs[1].Isend(bufs[1], 0, 1, 0)
+				if err != nil {
+					return
+				}
+				s.Wait(testWait)
+				s.Release()
+			}
+		}()
+		roundTrip := func() {
+			s, _ := cs[0].Isend(bufs[0], 1, 1, 0)
+			s.Wait(testWait)
+			s.Release()
+			q, _ := cs[0].Irecv(bufs[0], 1, 1, 0)
+			q.Wait(testWait)
+			q.Release()
+		}
+		for range 20 {
+			roundTrip() // warm the pools
+		}
+		start := time.Now()
+		allocs := testing.AllocsPerRun(200, roundTrip)
+		t.Logf("device %v: %v per round trip on the fake", dev, time.Since(start)/201)
+		// One more round trip lets rank 1 leave its loop.
+		close(stop)
+		roundTrip()
+		<-done
+		t.Logf("device %v: %.2f allocations per round trip (both ranks)", dev, allocs)
+		if allocs > 0 && !raceEnabled {
+			t.Errorf("device %v: %.2f allocations per round trip, want 0", dev, allocs)
+		}
+	}
+}

@@ -400,7 +400,7 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 	}
 	c := newConn(connOptions{
 		rank: job.Rank, size: job.Size, dev: int(lo.dev), check: cfg.Check,
-		eng: eng, ctl: ctl, closeBound: cfg.Timeout,
+		eng: eng, ctl: ctl,
 	})
 	base := eng.warm.Ptr()
 	err = c.connectAll(ctx, func(p int) (send, recv op) {

@@ -144,6 +144,9 @@ static courier_nccl_lib *courier_nccl_open(const char *path, char *err, size_t e
 	COURIER_NCCL_SYM(getUniqueId, "ncclGetUniqueId");
 	COURIER_NCCL_SYM(commInitRankConfig, "ncclCommInitRankConfig");
 	COURIER_NCCL_SYM(commAbort, "ncclCommAbort");
+	// ncclCommDestroy and ncclCommFinalize are not called (Close aborts:
+	// see engine.close), but a library without them is not one courier
+	// was written for.
 	COURIER_NCCL_SYM(commDestroy, "ncclCommDestroy");
 	COURIER_NCCL_SYM(commFinalize, "ncclCommFinalize");
 	COURIER_NCCL_SYM(commGetAsyncError, "ncclCommGetAsyncError");
@@ -223,19 +226,36 @@ static ncclResult_t courier_nccl_init(courier_nccl_lib *l, const courier_nccl_de
 	return r;
 }
 
-static ncclResult_t courier_nccl_async_error(courier_nccl_lib *l, uintptr_t comm, ncclResult_t *state) {
-	return l->commGetAsyncError((ncclComm_t)comm, state);
+// courier_nccl_out carries what a hot-path wrapper reports, returned by
+// value (out-parameters in Go memory would make Go allocate on every call).
+typedef struct {
+	int32_t r;      // the ncclResult_t of the call
+	int32_t state;  // ncclCommGetAsyncError's state
+	int32_t failed; // courier_nccl_group: the index of the op that failed, or -1
+	int32_t cu;     // the CUresult of a failed context push or pop
+} courier_nccl_out;
+
+static courier_nccl_out courier_nccl_async_error(courier_nccl_lib *l, uintptr_t comm) {
+	courier_nccl_out o = {0, 0, -1, 0};
+	ncclResult_t state = 0;
+	o.r = l->commGetAsyncError((ncclComm_t)comm, &state);
+	o.state = state;
+	return o;
 }
 
 // courier_nccl_group issues ops[0..n) as one NCCL group on stream, with
 // the device's context current. If an op fails, the group is still ended
 // (NCCL's group state must not leak to the next call on this thread) and
 // the op's error is returned, with its index in *failed.
-static ncclResult_t courier_nccl_group(courier_nccl_lib *l, const courier_nccl_dev *d,
-		uintptr_t comm, uintptr_t stream, const courier_nccl_op *ops, int n, int *failed, int *cu) {
-	*failed = -1;
+static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nccl_dev *d,
+		uintptr_t comm, uintptr_t stream, const courier_nccl_op *ops, int n) {
+	courier_nccl_out out = {0, 0, -1, 0};
+	int failedv = -1, cuv = 0;
+	int *failed = &failedv, *cu = &cuv;
 	if (!courier_nccl_push(d, cu)) {
-		return COURIER_NCCL_PUSH_FAILED;
+		out.r = COURIER_NCCL_PUSH_FAILED;
+		out.cu = cuv;
+		return out;
 	}
 	ncclResult_t r = l->groupStart();
 	if (r == 0) {
@@ -261,27 +281,12 @@ static ncclResult_t courier_nccl_group(courier_nccl_lib *l, const courier_nccl_d
 	}
 	courier_nccl_pop(d, cu);
 	if ((r == 0 || r == 7) && *cu != 0) {
-		return COURIER_NCCL_POP_FAILED;
+		r = COURIER_NCCL_POP_FAILED;
 	}
-	return r;
-}
-
-static ncclResult_t courier_nccl_finalize(courier_nccl_lib *l, const courier_nccl_dev *d, uintptr_t comm, int *cu) {
-	if (!courier_nccl_push(d, cu)) {
-		return COURIER_NCCL_PUSH_FAILED;
-	}
-	ncclResult_t r = l->commFinalize((ncclComm_t)comm);
-	courier_nccl_pop(d, cu);
-	return r;
-}
-
-static ncclResult_t courier_nccl_destroy(courier_nccl_lib *l, const courier_nccl_dev *d, uintptr_t comm, int *cu) {
-	if (!courier_nccl_push(d, cu)) {
-		return COURIER_NCCL_PUSH_FAILED;
-	}
-	ncclResult_t r = l->commDestroy((ncclComm_t)comm);
-	courier_nccl_pop(d, cu);
-	return r;
+	out.r = r;
+	out.failed = failedv;
+	out.cu = cuv;
+	return out;
 }
 
 static ncclResult_t courier_nccl_abort(courier_nccl_lib *l, const courier_nccl_dev *d, uintptr_t comm, int *cu) {
@@ -463,14 +468,14 @@ func (l *library) initComm(h *devHooks, nranks, rank int, id [idBytes]byte) (uin
 // still works on the last call (initialization, a group), and the
 // communicator's error, if it has one.
 func (l *library) asyncState(comm uintptr) (inProgress bool, err error) {
-	var state C.ncclResult_t
-	if r := C.courier_nccl_async_error(l.c, C.uintptr_t(comm), &state); r != ncclSuccess {
-		return false, l.check(int(r), "ncclCommGetAsyncError", comm, 0)
+	o := C.courier_nccl_async_error(l.c, C.uintptr_t(comm))
+	if o.r != ncclSuccess {
+		return false, l.check(int(o.r), "ncclCommGetAsyncError", comm, 0)
 	}
-	if state == ncclInProgress {
+	if o.state == ncclInProgress {
 		return true, nil
 	}
-	return false, l.check(int(state), "communicator", comm, 0)
+	return false, l.check(int(o.state), "communicator", comm, 0)
 }
 
 // group issues ops as one group (ncclGroupStart, the sends and receives,
@@ -481,8 +486,8 @@ func (l *library) group(h *devHooks, comm, stream uintptr, ops cOps) (inProgress
 	if len(ops) == 0 {
 		return false, nil
 	}
-	var failed, cu C.int
-	r := C.courier_nccl_group(l.c, &h.c, C.uintptr_t(comm), C.uintptr_t(stream), &ops[0], C.int(len(ops)), &failed, &cu)
+	out := C.courier_nccl_group(l.c, &h.c, C.uintptr_t(comm), C.uintptr_t(stream), &ops[0], C.int(len(ops)))
+	r, failed, cu := out.r, out.failed, C.int(out.cu)
 	if r == ncclInProgress {
 		return true, nil
 	}
@@ -498,34 +503,11 @@ func (l *library) group(h *devHooks, comm, stream uintptr, ops cOps) (inProgress
 	return false, l.check(int(r), op, comm, cu)
 }
 
-// finalize calls ncclCommFinalize; on a non-blocking communicator it
-// answers at once and asyncState says when it is done.
-func (l *library) finalize(h *devHooks, comm uintptr) (inProgress bool, err error) {
-	var cu C.int
-	r := C.courier_nccl_finalize(l.c, &h.c, C.uintptr_t(comm), &cu)
-	if r == ncclInProgress {
-		return true, nil
-	}
-	return false, l.check(int(r), "ncclCommFinalize", comm, cu)
-}
-
-// destroy calls ncclCommDestroy on a finalized communicator (which frees
-// it without waiting for anyone). On a non-blocking communicator NCCL may
-// answer ncclInProgress and free it in the background: the handle is gone
-// either way.
-func (l *library) destroy(h *devHooks, comm uintptr) error {
-	var cu C.int
-	r := C.courier_nccl_destroy(l.c, &h.c, C.uintptr_t(comm), &cu)
-	if r == ncclInProgress {
-		return nil
-	}
-	return l.check(int(r), "ncclCommDestroy", 0, cu)
-}
-
 // abort calls ncclCommAbort: NCCL stops the communicator's work on the
 // device and frees it, without waiting for the other ranks (measured:
-// about 0.5 s with a receive pending). As with destroy, ncclInProgress
-// means it finishes in the background.
+// about 0.5 s with a receive pending). On a non-blocking communicator NCCL
+// may answer ncclInProgress and free it in the background: the handle is
+// gone either way.
 func (l *library) abort(h *devHooks, comm uintptr) error {
 	var cu C.int
 	r := C.courier_nccl_abort(l.c, &h.c, C.uintptr_t(comm), &cu)

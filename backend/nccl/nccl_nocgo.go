@@ -48,8 +48,6 @@ func (l *library) initComm(*devHooks, int, int, [idBytes]byte) (uintptr, error) 
 }
 func (l *library) asyncState(uintptr) (bool, error)                         { return false, errNoCgo() }
 func (l *library) group(*devHooks, uintptr, uintptr, cOps) (bool, error)    { return false, errNoCgo() }
-func (l *library) finalize(*devHooks, uintptr) (bool, error)                { return false, errNoCgo() }
-func (l *library) destroy(*devHooks, uintptr) error                         { return errNoCgo() }
 func (l *library) abort(*devHooks, uintptr) error                           { return errNoCgo() }
 func (h *devHooks) copyBytes(dst, src unsafe.Pointer, n int64) error        { return errNoCgo() }
 func (h *devHooks) copyFrom(dst unsafe.Pointer, src uintptr, n int64) error { return errNoCgo() }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -204,11 +205,14 @@ func TestPickDevice(t *testing.T) {
 
 // --- The communicator on the fake engine ---
 
+// fakeJobs numbers the jobs fakeJob makes, for their fabrics' keys.
+var fakeJobs atomic.Int64
+
 // fakeJob makes the communicators of an n-rank job in this process: fake
 // engines on one fabric, and tcp host connections over net.Pipe.
 func fakeJob(t *testing.T, n int, check bool) ([]*conn, *fabric) {
 	t.Helper()
-	f := fabricFor(fmt.Sprintf("%s/%p", t.Name(), t))
+	f := fabricFor(fmt.Sprintf("%s/%d", t.Name(), fakeJobs.Add(1)))
 	pipes := make([][]net.Conn, n)
 	for i := range pipes {
 		pipes[i] = make([]net.Conn, n)
@@ -231,7 +235,7 @@ func fakeJob(t *testing.T, n int, check bool) ([]*conn, *fabric) {
 			}
 			ctl = &control{tc: tc}
 		}
-		cs[r] = newConn(connOptions{rank: r, size: n, check: check, eng: f.engine(r), ctl: ctl, closeBound: time.Second})
+		cs[r] = newConn(connOptions{rank: r, size: n, check: check, eng: f.engine(r), ctl: ctl})
 		wg.Go(func() {
 			warm := make([]byte, 2*n)
 			err := cs[r].connectAll(ctx, func(p int) (send, recv op) {
