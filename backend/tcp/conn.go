@@ -356,15 +356,7 @@ func (c *conn) failPeer(p *peer, err error) {
 	// Unexpected messages stay: whole ones may still be received, and a
 	// receive that matches an RTS from p ends with p's loss then. A message
 	// still being read belongs to the reader.
-	for id, r := range c.inflight {
-		if r.kind == reqSend && r.peer == p.rank || r.kind == reqRecv && r.src == p.rank {
-			if p.owns(r) {
-				continue
-			}
-			delete(c.inflight, id)
-			ended = append(ended, r)
-		}
-	}
+	ended = c.takeInflight(p, ended)
 	c.mu.Unlock()
 	for _, r := range ended {
 		r.complete(backend.Status{}, err)
@@ -384,17 +376,26 @@ func (c *conn) failAll(err error) {
 	ended := slices.Clone(c.posted)
 	clear(c.posted)
 	c.posted = c.posted[:0]
+	ended = c.takeInflight(nil, ended)
+	c.mu.Unlock()
+	for _, r := range ended {
+		r.complete(backend.Status{}, err)
+	}
+}
+
+// takeInflight removes from c.inflight, and appends to ended, every
+// rendezvous with peer only (nil: with any peer) that no reader or writer
+// owns (those end their own); under c.mu.
+func (c *conn) takeInflight(only *peer, ended []*request) []*request {
 	for id, r := range c.inflight {
-		if p := c.peerOf(r); p != nil && p.owns(r) {
+		p := c.peerOf(r)
+		if (only != nil && p != only) || (p != nil && p.owns(r)) {
 			continue
 		}
 		delete(c.inflight, id)
 		ended = append(ended, r)
 	}
-	c.mu.Unlock()
-	for _, r := range ended {
-		r.complete(backend.Status{}, err)
-	}
+	return ended
 }
 
 func (c *conn) peerOf(r *request) *peer {

@@ -300,10 +300,7 @@ func (p *peer) run(j job) error {
 	p.writing.Store(nil)
 	c.mu.Unlock()
 	r.complete(c.sendStatus(r), err)
-	if err != nil {
-		return err
-	}
-	return nil
+	return err
 }
 
 func (p *peer) readLoop() {
