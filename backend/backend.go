@@ -104,7 +104,10 @@ type Request interface {
 	// Done returns a channel that is closed when the operation completes.
 	Done() <-chan struct{}
 	// Release hands the request back to the transport after its completion
-	// has been observed.
+	// has been observed. Release of a request that has not completed does
+	// nothing (the transport still uses it; it is left to the garbage
+	// collector), so a mistaken early Release cannot hand one request to
+	// two operations.
 	Release()
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/backend/tcp"
 )
 
 // Timing of the communicator's own polling.
@@ -29,6 +30,11 @@ const (
 	// rank that sent its last message and closed has delivered it, and the
 	// receive completes on its own.
 	lostGrace = 500 * time.Millisecond
+	// abortBound is how long an ncclCommAbort may take before courier
+	// stops waiting for it (it goes on in the background). NCCL's abort
+	// of a communicator whose peer is alive can wait for the peer to abort
+	// its side too; courier tells the peer first, so that it does.
+	abortBound = 10 * time.Second
 )
 
 // conn is one rank's endpoint of an NCCL communicator: it implements
@@ -106,6 +112,7 @@ type conn struct {
 	wake      chan struct{} // wakes the progress goroutine
 	stop      chan struct{} // closed by Close: goroutines end
 	wg        sync.WaitGroup
+	aborts    sync.WaitGroup // channel aborts in flight (abortChan)
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -260,12 +267,12 @@ func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usableLocked(dest, false); err != nil {
-		r.Release()
+		r.recycle()
 		return nil, err
 	}
 	if dest == c.rank {
 		if err := c.sendSelfLocked(r); err != nil {
-			r.Release()
+			r.recycle()
 			return nil, err
 		}
 		return r, nil
@@ -275,7 +282,7 @@ func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 		r.seq = p.sendSeq
 		env := envelope{seq: r.seq, tag: int32(tag), typ: buf.Type, count: buf.Count}
 		if err := c.ctl.sendEnvelope(dest, &env, &c.envOut); err != nil {
-			r.Release()
+			r.recycle()
 			return nil, err
 		}
 		p.sendSeq++
@@ -309,7 +316,7 @@ func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usableLocked(source, true); err != nil {
-		r.Release()
+		r.recycle()
 		return nil, err
 	}
 	if source == c.rank {
@@ -319,7 +326,7 @@ func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 	if c.check {
 		if !c.matchRecvLocked(r) {
 			err := c.peers[source].lost
-			r.Release()
+			r.recycle()
 			return nil, err
 		}
 		return r, nil
@@ -646,36 +653,30 @@ func (c *conn) putGroup(g *group) {
 
 // failChanLocked ends channel i after an error that leaves its state
 // unknown (an NCCL or CUDA error, a rank lost with operations on the GPU):
-// it aborts the channel's NCCL communicator and fails every operation on
-// it, queued or in flight, now and later. Other channels go on.
+// its queued operations fail at once, and its NCCL communicator is aborted
+// on a goroutine of its own (abortChan), outside the mutex: ncclCommAbort
+// can take a while, and may need the peer to abort its side too, which
+// must not wait for this rank's mutex. The operations that were on the
+// GPU fail once the abort has returned, when the GPU no longer uses their
+// buffers. Later operations on the channel fail with err. Other channels
+// go on. Once Close has begun, engine.close aborts every channel, and
+// failChanLocked only fails the operations.
 func (c *conn) failChanLocked(i int, err error) {
 	ch := &c.chans[i]
-	if ch.err == nil {
+	first := ch.err == nil
+	if first {
 		ch.err = err
-		if aerr := c.eng.abort(i); aerr != nil {
-			ch.err = fmt.Errorf("%w (and ncclCommAbort failed: %v)", err, aerr)
-		}
 	}
 	err = ch.err
-	for _, g := range ch.inflight {
-		for j := range g.ops {
-			o := &g.ops[j]
-			if o.r != nil {
-				o.r.fail(err)
-			}
-			if m := o.early; m != nil {
-				if m.r != nil {
-					m.r.fail(err)
-				}
-				if m.tmp != nil {
-					c.eng.freeTemp(m.tmp)
-					m.tmp = nil
-				}
-			}
+	if first && !c.closing {
+		if abort := c.eng.detach(i); abort != nil {
+			groups := ch.inflight
+			ch.inflight = nil
+			c.aborts.Add(1)
+			go c.abortChan(abort, groups, err)
 		}
-		c.eng.release(g)
-		c.putGroup(g)
 	}
+	c.failGroupsLocked(ch.inflight, err, true)
 	clear(ch.inflight)
 	ch.inflight = ch.inflight[:0]
 	if i == recvChan(chanPeer(i)) {
@@ -691,6 +692,50 @@ func (c *conn) failChanLocked(i int, err error) {
 	}
 	clear(c.queue[len(kept):])
 	c.queue = kept
+}
+
+// abortChan aborts a channel's NCCL communicator (abort, from
+// engine.detach, is bounded by abortBound), then fails the operations that
+// were on the GPU. If the abort did not return in time, the GPU may still
+// use the groups' memory: their requests fail with an error that says so,
+// and their staging memory is not reused.
+func (c *conn) abortChan(abort func() error, groups []*group, err error) {
+	defer c.aborts.Done()
+	aerr := abort()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if aerr != nil {
+		err = fmt.Errorf("%w (and ncclCommAbort failed: %v)", err, aerr)
+	}
+	c.failGroupsLocked(groups, err, aerr == nil || !errors.Is(aerr, errAbortStuck))
+	c.kick()
+}
+
+// failGroupsLocked fails the requests of groups taken off the GPU, and
+// gives back their resources (release) or, when the GPU may still use
+// them, leaves them.
+func (c *conn) failGroupsLocked(groups []*group, err error, release bool) {
+	for _, g := range groups {
+		for j := range g.ops {
+			o := &g.ops[j]
+			if o.r != nil {
+				o.r.fail(err)
+			}
+			if m := o.early; m != nil {
+				if m.r != nil {
+					m.r.fail(err)
+				}
+				if m.tmp != nil && release {
+					c.eng.freeTemp(m.tmp)
+				}
+				m.tmp = nil
+			}
+		}
+		if release {
+			c.eng.release(g)
+			c.putGroup(g)
+		}
+	}
 }
 
 // failAllLocked aborts every channel and fails every operation, NCCL's and
@@ -743,6 +788,13 @@ func (c *conn) peerLost(p int, err error) {
 	// Checked: every message p sent was announced before it left; the
 	// receives that matched none never will.
 	c.failRecvsLocked(p, err, false)
+	if !errors.Is(err, tcp.ErrPeerClosed) {
+		// p aborted, or its process vanished: what it had not delivered
+		// never will be, and its side of the channels is being torn down
+		// (an abort of p's may wait until this rank aborts its side).
+		c.failChanLocked(sendChan(p), err)
+		c.failChanLocked(recvChan(p), err)
+	}
 	c.kick()
 }
 
@@ -782,20 +834,25 @@ func (c *conn) Pending() []backend.OpInfo {
 }
 
 // Abort implements backend.Conn: every pending and future operation ends
-// with err, every channel is aborted (ncclCommAbort: the GPU stops using
-// the buffers of pending operations), and the other ranks learn that this
-// rank is gone.
+// with err, the other ranks learn that this rank is gone (first: an NCCL
+// communicator's abort may wait for its peer's), and every channel is
+// aborted (ncclCommAbort, all at once, each bounded by abortBound). When
+// Abort returns, the GPU no longer uses the buffers of pending operations
+// (unless an abort did not return in time; their requests say so).
 func (c *conn) Abort(err error) {
 	c.mu.Lock()
 	if c.fatal == nil {
 		c.fatal = err
 	}
 	err = c.fatal
-	c.failAllLocked(err)
 	c.mu.Unlock()
 	if c.ctl != nil {
 		c.ctl.abort(err)
 	}
+	c.mu.Lock()
+	c.failAllLocked(err)
+	c.mu.Unlock()
+	c.aborts.Wait()
 }
 
 // Close implements backend.Conn. Pending operations end with ErrClosed,
@@ -828,6 +885,7 @@ func (c *conn) Close() error {
 		}
 		close(c.stop)
 		c.wg.Wait()
+		c.aborts.Wait()
 		if err := c.eng.close(); err != nil {
 			errs = append(errs, err)
 		}

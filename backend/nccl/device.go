@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -46,6 +48,27 @@ type device struct {
 	temps             map[int64][]*tempMem // free temporary memory, by size
 	allTemps          []cuda.Slice[byte]
 	warm              cuda.Slice[byte] // 2N bytes: the connection buffers, then empty messages' tokens
+	stuck             atomic.Bool      // an abort did not return within abortBound
+}
+
+// drain waits for stream s to finish its work, at most abortBound (after
+// every channel was aborted, nothing on it should be waiting for a peer).
+func (d *device) drain(s *cuda.Stream) error {
+	deadline := time.Now().Add(abortBound)
+	for delay := time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		done, err := s.Query()
+		if err != nil {
+			return fmt.Errorf("nccl: waiting for a channel's stream after its abort: %w", err)
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			d.stuck.Store(true)
+			return fmt.Errorf("nccl: a channel's stream was still busy %v after its communicator was aborted; it was left as it is", abortBound)
+		}
+		time.Sleep(delay)
+	}
 }
 
 // slab is staging memory: device memory and as much page-locked host
@@ -265,14 +288,32 @@ func (d *device) freeTemp(t *tempMem) {
 	d.temps[size] = append(d.temps[size], t)
 }
 
-// abort implements engine.
-func (d *device) abort(ch int) error {
+// detach implements engine.
+func (d *device) detach(ch int) func() error {
 	comm := d.comms[ch]
 	if comm == 0 {
 		return nil
 	}
 	d.comms[ch] = 0
-	return d.lib.abort(d.hooks, comm)
+	return func() error { return d.abortComm(comm) }
+}
+
+// abortComm calls ncclCommAbort on comm, on a goroutine of its own, and
+// waits for it at most abortBound. If it has not returned by then, the
+// engine is marked stuck (close leaves the memory the GPU may still use)
+// and the error matches errAbortStuck; the call goes on in the background.
+func (d *device) abortComm(comm uintptr) error {
+	done := make(chan error, 1)
+	go func() { done <- d.lib.abort(d.hooks, comm) }()
+	t := time.NewTimer(abortBound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		d.stuck.Store(true)
+		return fmt.Errorf("%w (waited %v; the GPU may still use the communicator's buffers, which are left allocated)", errAbortStuck, abortBound)
+	}
 }
 
 // joinAbort reports err, and the abort's error if it failed too.
@@ -298,7 +339,7 @@ func (d *device) close() error {
 		}
 		d.comms[ch] = 0
 		wg.Go(func() {
-			if err := d.lib.abort(d.hooks, comm); err != nil {
+			if err := d.abortComm(comm); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -306,10 +347,18 @@ func (d *device) close() error {
 		})
 	}
 	wg.Wait()
+	if d.stuck.Load() {
+		// An abort has not returned: a kernel may still run and use the
+		// streams and memory. Waiting for them could hang; freeing them
+		// could corrupt what the kernel writes. Leave them.
+		errs = append(errs, errors.New("nccl: an ncclCommAbort did not return: the communicator's streams and device memory were left as they are"))
+		return errors.Join(errs...)
+	}
 	for _, s := range d.streams {
 		if s != nil {
-			if err := s.Synchronize(); err != nil {
-				errs = append(errs, fmt.Errorf("nccl: waiting for a channel's stream after its abort: %w", err))
+			if err := d.drain(s); err != nil {
+				errs = append(errs, err)
+				continue // a stream still busy is left, not destroyed
 			}
 			s.Destroy()
 		}

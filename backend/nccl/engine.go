@@ -60,10 +60,14 @@ type engine interface {
 	allocTemp(n int64) (*tempMem, error)
 	copyTemp(dst backend.Buffer, t *tempMem, n int64) error
 	freeTemp(t *tempMem)
-	// abort stops channel ch's work on the device (ncclCommAbort) and
-	// frees its communicator; its stream has drained when it returns.
-	// Aborting a channel that is gone does nothing.
-	abort(ch int) error
+	// detach takes channel ch's NCCL communicator out of the engine and
+	// returns the call that aborts it (ncclCommAbort: the channel's work
+	// on the device stops and the communicator is freed), or nil if the
+	// channel has none. The call is made without the communicator's mutex,
+	// and may run beside other engine methods; it returns within
+	// abortBound, with an error matching errAbortStuck if NCCL had not
+	// returned by then.
+	detach(ch int) func() error
 	// close ends every channel's communicator that is left, all at once,
 	// with ncclCommAbort, then waits for the streams and frees them, the
 	// events and the staging memory. Not ncclCommFinalize and

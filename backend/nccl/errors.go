@@ -3,6 +3,7 @@
 package nccl
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/courier-mp/courier/backend"
@@ -33,3 +34,8 @@ func (e *ncclError) Error() string {
 func (e *ncclError) Is(target error) bool {
 	return target == backend.ErrPeerLost && e.Code == ncclRemoteError
 }
+
+// errAbortStuck says an ncclCommAbort did not return within abortBound:
+// courier stopped waiting for it, and the memory the communicator's work
+// may still use is left allocated.
+var errAbortStuck = errors.New("nccl: ncclCommAbort did not return in time")

@@ -322,6 +322,10 @@ func (e *fakeEngine) freeTemp(t *tempMem) {
 	t.host = nil
 }
 
+func (e *fakeEngine) detach(ch int) func() error {
+	return func() error { return e.abort(ch) }
+}
+
 func (e *fakeEngine) abort(ch int) error {
 	f := e.f
 	f.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,50 +275,70 @@ func TestFakeGPUChildAllocs(t *testing.T) {
 				bufs[r] = devDesc(c, devBuf(t, c, 4096))
 			}
 		}
-		stop := make(chan struct{})
+		// Rank 1 echoes exactly as many messages as rank 0 sends: 20 to
+		// warm the pools, then AllocsPerRun's warm-up run and its 200.
+		const warmup, runs = 20, 200
 		done := make(chan struct{})
-		go func() { // rank 1 echoes
+		go func() {
 			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for range warmup + 1 + runs {
 				q, err := cs[1].Irecv(bufs[1], 0, 1, 0)
 				if err != nil {
+					t.Errorf("rank 1: Irecv: %v", err)
 					return
 				}
 				if _, err := q.Wait(testWait); err != nil {
+					t.Errorf("rank 1: receive: %v", err)
 					return
 				}
 				q.Release()
 				s, err := cs[1].Isend(bufs[1], 0, 1, 0)
 				if err != nil {
+					t.Errorf("rank 1: Isend: %v", err)
 					return
 				}
-				s.Wait(testWait)
+				if _, err := s.Wait(testWait); err != nil {
+					t.Errorf("rank 1: send: %v", err)
+					return
+				}
 				s.Release()
 			}
 		}()
+		var failed atomic.Bool
 		roundTrip := func() {
-			s, _ := cs[0].Isend(bufs[0], 1, 1, 0)
-			s.Wait(testWait)
-			s.Release()
-			q, _ := cs[0].Irecv(bufs[0], 1, 1, 0)
-			q.Wait(testWait)
-			q.Release()
+			if failed.Load() {
+				return
+			}
+			s, err := cs[0].Isend(bufs[0], 1, 1, 0)
+			if err == nil {
+				_, err = s.Wait(testWait)
+				s.Release()
+			}
+			if err != nil {
+				failed.Store(true)
+				t.Errorf("rank 0: send: %v", err)
+				return
+			}
+			q, err := cs[0].Irecv(bufs[0], 1, 1, 0)
+			if err == nil {
+				_, err = q.Wait(testWait)
+				q.Release()
+			}
+			if err != nil {
+				failed.Store(true)
+				t.Errorf("rank 0: receive: %v", err)
+			}
 		}
-		for range 20 {
-			roundTrip() // warm the pools
+		for range warmup {
+			roundTrip()
 		}
 		start := time.Now()
-		allocs := testing.AllocsPerRun(200, roundTrip)
-		t.Logf("device %v: %v per round trip on the fake", dev, time.Since(start)/201)
-		// One more round trip lets rank 1 leave its loop.
-		close(stop)
-		roundTrip()
+		allocs := testing.AllocsPerRun(runs, roundTrip)
+		t.Logf("device %v: %v per round trip on the fake", dev, time.Since(start)/(runs+1))
 		<-done
+		if failed.Load() {
+			return
+		}
 		t.Logf("device %v: %.2f allocations per round trip (both ranks)", dev, allocs)
 		if allocs > 0 && !raceEnabled {
 			t.Errorf("device %v: %.2f allocations per round trip, want 0", dev, allocs)

@@ -364,15 +364,12 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		streams: make([]*cuda.Stream, 2*job.Size),
 	}
 	fail := func(err error, ctl *control) (backend.Conn, error) {
-		for ch := range eng.comms {
-			if aerr := eng.abort(ch); aerr != nil {
-				err = joinAbort(err, aerr)
-			}
-		}
-		eng.close()
-		if ctl != nil {
+		if ctl != nil { // the others first: an abort may wait for its peer's
 			ctl.abort(err)
 			ctl.close()
+		}
+		if aerr := eng.close(); aerr != nil {
+			err = joinAbort(err, aerr)
 		}
 		return nil, err
 	}

@@ -65,8 +65,19 @@ func newRequest(c *conn, recv bool, buf backend.Buffer, peer, tag int, caller ui
 }
 
 // Release hands the request back for reuse; see backend.Request. The
-// caller has observed completion, so nobody else touches the request.
+// caller has observed completion, so nobody else touches the request; a
+// request that has not completed is left alone (the communicator still
+// holds it).
 func (r *request) Release() {
+	if !r.done.Load() {
+		return
+	}
+	r.recycle()
+}
+
+// recycle resets r and puts it in the pool: Release, and the communicator
+// itself for a request it made and never handed out.
+func (r *request) recycle() {
 	r.c, r.buf, r.caller, r.stage, r.seq = nil, backend.Buffer{}, 0, stageQueued, 0
 	r.st, r.verdict, r.err, r.early = backend.Status{}, nil, nil, nil
 	r.doneCh, r.closed = nil, false

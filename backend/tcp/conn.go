@@ -420,3 +420,9 @@ func (c *conn) Abort(err error) {
 		}
 	}
 }
+
+// ErrPeerClosed is part of the ErrPeerLost error of operations with a rank
+// that closed its communicator (said goodbye), as opposed to one that
+// aborted or whose process vanished: everything that rank sent before it
+// closed was delivered. Its text completes "rank N ...".
+var ErrPeerClosed = errors.New("closed its communicator")

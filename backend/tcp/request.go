@@ -49,6 +49,9 @@ func newRequest(c *conn, kind reqKind, buf backend.Buffer, peer, tag int, caller
 
 // Release returns the request to the pool; see backend.Request.
 func (r *request) Release() {
+	if !r.isDone() {
+		return // still the transport's: never recycled
+	}
 	r.reset()
 	r.c = nil
 	r.buf = backend.Buffer{}
