@@ -49,6 +49,7 @@ type Comm struct {
 	timeout     time.Duration
 	check       bool
 	job         bootstrap.Job
+	env         func(string) string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -156,6 +157,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		timeout:     cfg.timeout,
 		check:       *cfg.check,
 		job:         job,
+		env:         cfg.env,
 	}, nil
 }
 
@@ -217,10 +219,6 @@ func pickDriver(name string) (string, backend.Driver, error) {
 	}
 	d, ok := backend.Lookup(name)
 	if !ok {
-		if name == "nccl" {
-			return name, nil, fmt.Errorf("%w: the nccl backend is not part of this build of courier (registered: %s)",
-				ErrNotSupported, strings.Join(backend.Drivers(), ", "))
-		}
 		return name, nil, fmt.Errorf("%w: unknown backend %q (forgotten import?); registered: %s",
 			ErrNotSupported, name, strings.Join(backend.Drivers(), ", "))
 	}

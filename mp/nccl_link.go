@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 package mp
 
 // The nccl backend registers itself here, so COURIER_BACKEND=nccl (and

@@ -37,6 +37,17 @@ type Buffer interface {
 		cuda.Slice[Float16] | cuda.Slice[BFloat16]
 }
 
+// DeviceBuffer is the set of device buffers: a cuda.Slice of any element
+// type Buffer admits. The stream-ordered calls (IsendOnStream,
+// IrecvOnStream) take only these.
+type DeviceBuffer interface {
+	cuda.Slice[int8] | cuda.Slice[uint8] | cuda.Slice[int16] | cuda.Slice[uint16] |
+		cuda.Slice[int32] | cuda.Slice[uint32] | cuda.Slice[int64] | cuda.Slice[uint64] |
+		cuda.Slice[int] | cuda.Slice[uint] | cuda.Slice[uintptr] |
+		cuda.Slice[float32] | cuda.Slice[float64] | cuda.Slice[complex64] | cuda.Slice[complex128] |
+		cuda.Slice[Float16] | cuda.Slice[BFloat16]
+}
+
 // deviceTypes maps each cuda.Slice instantiation the Buffer constraint
 // admits to its element code.
 var deviceTypes = map[reflect.Type]backend.DType{}

@@ -22,21 +22,16 @@ out=gpu-build
 mkdir -p "$out"
 export CGO_ENABLED=1 GOOS=linux GOARCH=amd64
 
-# backend/nccl (and proctest's link to it) build only with this tag while
-# the package is work in progress (backend/nccl/WIP.md); drop it with the
-# tag.
-tags=courier_nccl_wip
-
 # build NAME PKG: compile the tests of package PKG into $out/NAME.test,
 # or, when PKG is a command (package main), the command into $out/NAME.
 build() {
 	local name=$1 pkg=$2
-	if [ "$(go list -tags "$tags" -f '{{.Name}}' "$pkg")" = main ]; then
-		go build -tags "$tags" -o "$out/$name" "$pkg"
+	if [ "$(go list -f '{{.Name}}' "$pkg")" = main ]; then
+		go build -o "$out/$name" "$pkg"
 		echo "built $out/$name ($pkg)"
 		return
 	fi
-	go test -tags "$tags" -c -o "$out/$name.test" "$pkg"
+	go test -c -o "$out/$name.test" "$pkg"
 	echo "built $out/$name.test ($pkg)"
 }
 
@@ -46,6 +41,7 @@ binaries=(
 	"nccl ./backend/nccl/"
 	"proctest ./internal/conformance/proctest/"
 	"pingpong ./examples/pingpong/"
+	"courier ./cmd/courier/"
 )
 
 for arg in "$@"; do

@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 package nccl
 
 import (
@@ -950,3 +948,7 @@ func (c *conn) connectAll(ctx context.Context, ops func(p int) (send, recv op)) 
 		}
 	}
 }
+
+// Device returns the CUDA device ordinal of this rank's GPU (mp's
+// Comm.Device).
+func (c *conn) Device() int { return c.dev }

@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 package nccl
 
 import (
@@ -247,6 +245,24 @@ func (d *device) release(g *group) {
 func (d *device) waitOn(g *group, s *cuda.Stream) error {
 	st := g.res.(*staged)
 	return s.WaitEvent(st.ev)
+}
+
+// follow implements engine: an event recorded on s, waited for by the
+// channel's stream (the wait takes the event as recorded, so the event
+// goes straight back to the free list).
+func (d *device) follow(ch int, s *cuda.Stream) error {
+	ev, err := d.getEvent()
+	if err != nil {
+		return err
+	}
+	defer func() { d.events = append(d.events, ev) }()
+	if err := ev.Record(s); err != nil {
+		return fmt.Errorf("nccl: recording an event on the caller's stream: %w", err)
+	}
+	if err := d.streams[ch].WaitEvent(ev); err != nil {
+		return fmt.Errorf("nccl: ordering a channel after the caller's stream: %w", err)
+	}
+	return nil
 }
 
 // copyBytes implements engine.

@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 package nccl
 
 import (
@@ -50,6 +48,10 @@ type engine interface {
 	release(g *group)
 	// waitOn makes stream s wait, on the GPU, for g's event.
 	waitOn(g *group, s *cuda.Stream) error
+	// follow makes channel ch's stream wait, on the GPU, for the work
+	// queued on stream s so far: what is issued on the channel afterwards
+	// starts after it.
+	follow(ch int, s *cuda.Stream) error
 	// copyBytes copies n bytes between any two buffers (host or device)
 	// and returns when the copy is done: the data path of messages a rank
 	// sends itself.

@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 package nccl
 
 import (
@@ -300,6 +298,8 @@ func (e *fakeEngine) finish(g *group)  {}
 func (e *fakeEngine) release(g *group) {}
 
 func (e *fakeEngine) waitOn(g *group, s *cuda.Stream) error { return nil }
+
+func (e *fakeEngine) follow(ch int, s *cuda.Stream) error { return nil }
 
 func (e *fakeEngine) copyBytes(dst, src unsafe.Pointer, n int64) error {
 	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))

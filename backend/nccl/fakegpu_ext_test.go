@@ -1,4 +1,4 @@
-//go:build courier_nccl_wip && cgo
+//go:build cgo
 
 package nccl_test
 

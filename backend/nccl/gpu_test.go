@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 package nccl
 
 import (
@@ -405,6 +403,71 @@ func TestGPUWaitOn(t *testing.T) {
 	host := make([]byte, 4)
 	if err := WaitOn(irecv(t, c, bufOf(host, backend.Uint8), peer, 2), s); !errors.Is(err, backend.ErrNotSupported) {
 		t.Errorf("WaitOn of a receive into host memory: %v", err)
+	}
+}
+
+// TestGPUStreamOrdered: IsendOn and IrecvOn order a message on the
+// caller's stream. Rank 0 queues slow copies on its stream, then the
+// copy that fills the send buffer, then the send; rank 1 queues the
+// receive, then a copy of what arrived. Neither CPU waits in between: if
+// the send did not wait for the fill, or the copy for the receive, rank 1
+// would see stale bytes.
+func TestGPUStreamOrdered(t *testing.T) {
+	for _, check := range []bool{false, true} {
+		t.Run(fmt.Sprintf("check=%v", check), func(t *testing.T) {
+			c := openGPU(t, check)
+			if c.rank > 1 {
+				return
+			}
+			peer := 1 - c.rank
+			const n = 32 << 20
+			s := mustStream(t, c)
+			buf, out := devBuf(t, c, n), devBuf(t, c, n)
+			want := pattern(n, 5)
+			if _, err := c.IsendOn(bufOf(want, backend.Uint8), peer, 1, 0, s); !errors.Is(err, backend.ErrInvalid) {
+				t.Errorf("IsendOn with host memory: %v, want ErrInvalid", err)
+			}
+			if _, err := c.IrecvOn(devDesc(c, buf), peer, 1, 0, new(cuda.Stream)); !errors.Is(err, backend.ErrInvalid) {
+				t.Errorf("IrecvOn with no stream: %v, want ErrInvalid", err)
+			}
+			barrier(t, c, peer)
+			start := time.Now()
+			var r backend.Request
+			var err error
+			if c.rank == 0 {
+				big1, big2 := devBuf(t, c, 1<<30), devBuf(t, c, 1<<30)
+				for range 8 { // tens of milliseconds of work ahead of the send
+					if err := cuda.CopyDeviceAsync(big2, big1, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := cuda.CopyToDeviceAsync(buf, want, s); err != nil {
+					t.Fatal(err)
+				}
+				r, err = c.IsendOn(devDesc(c, buf), peer, 1, 0, s)
+			} else {
+				if err := cuda.MemsetAsync(buf, 0, s); err != nil {
+					t.Fatal(err)
+				}
+				r, err = c.IrecvOn(devDesc(c, buf), peer, 1, 0, s)
+				if err == nil {
+					err = cuda.CopyDeviceAsync(out, buf, s)
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			posted := time.Since(start)
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("rank %d: posting took %v, the stream finished after %v", c.rank, posted, time.Since(start))
+			waitAll(t, r)
+			if c.rank == 1 && !bytes.Equal(fromDevice(t, out), want) {
+				t.Error("the copy queued after IrecvOn did not see the message")
+			}
+			barrier(t, c, peer)
+		})
 	}
 }
 

@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 // Package nccl is courier's GPU transport: point-to-point messages between
 // GPUs through NCCL, one GPU per rank.
 //

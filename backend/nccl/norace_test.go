@@ -1,4 +1,4 @@
-//go:build courier_nccl_wip && !race
+//go:build !race
 
 package nccl
 

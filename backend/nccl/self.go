@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 package nccl
 
 import (

@@ -1,5 +1,3 @@
-//go:build courier_nccl_wip
-
 package nccl
 
 import (
@@ -99,4 +97,80 @@ func (c *conn) groupOfLocked(r *request) *group {
 		}
 	}
 	return nil
+}
+
+// WaitOn implements the stream wait mp's Request.WaitOn uses; see the
+// package function WaitOn.
+func (r *request) WaitOn(s *cuda.Stream) error { return WaitOn(r, s) }
+
+// IsendOn and IrecvOn post a send or receive ordered on the caller's CUDA
+// stream s, as if NCCL ran it on s (mp's IsendOnStream and IrecvOnStream):
+// it starts on the GPU after the work queued on s before the call, and
+// work queued on s after the call starts after it has completed. The CPU
+// does not wait for the transfer: the call returns once NCCL has the
+// operation on the GPU (with checks on, a receive also waits for its
+// sender to post the message). The request still reports completion and
+// errors through Wait and Test.
+//
+// The buffer must be device memory: a host buffer is staged by the CPU,
+// which a stream cannot wait for (backend.ErrInvalid). A message between a
+// rank and itself is copied by the CPU: s is synchronized first, and the
+// request has completed when the call returns.
+func (c *conn) IsendOn(buf backend.Buffer, dest, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error) {
+	return c.postOn(false, buf, dest, tag, caller, s)
+}
+
+// IrecvOn: see IsendOn.
+func (c *conn) IrecvOn(buf backend.Buffer, source, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error) {
+	return c.postOn(true, buf, source, tag, caller, s)
+}
+
+func (c *conn) postOn(recv bool, buf backend.Buffer, peer, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error) {
+	if s.Handle() == 0 {
+		return nil, fmt.Errorf("%w: nil or destroyed stream", backend.ErrInvalid)
+	}
+	if buf.Mem != backend.Device && buf.Count > 0 {
+		return nil, fmt.Errorf("%w: a stream-ordered operation needs a device buffer (host memory is staged by the CPU, which the stream cannot wait for)",
+			backend.ErrInvalid)
+	}
+	if int(s.Device()) != c.dev {
+		return nil, fmt.Errorf("%w: the stream is on cuda:%d, this rank's communicator on cuda:%d", backend.ErrInvalid, int(s.Device()), c.dev)
+	}
+	post := c.Isend
+	if recv {
+		post = c.Irecv
+	}
+	if peer == c.rank || tag < 0 {
+		// Copied (or carried) by the CPU: order it by waiting for s.
+		if err := s.Synchronize(); err != nil {
+			return nil, fmt.Errorf("nccl: synchronizing the caller's stream: %w", err)
+		}
+		return post(buf, peer, tag, caller)
+	}
+	if peer < 0 || peer >= c.size {
+		return post(buf, peer, tag, caller) // the error Isend/Irecv give
+	}
+	ch := sendChan(peer)
+	if recv {
+		ch = recvChan(peer)
+	}
+	c.mu.Lock()
+	err := c.usableLocked(peer, recv)
+	if err == nil {
+		err = c.eng.follow(ch, s)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	r, err := post(buf, peer, tag, caller)
+	if err != nil {
+		return nil, err
+	}
+	q := r.(*request)
+	if err := c.waitOn(q, s); err != nil && !q.done.Load() {
+		// Not on the GPU in time: the stream would not wait for it.
+		return nil, err
+	}
+	return r, nil
 }

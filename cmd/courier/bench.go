@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/internal/bench"
@@ -15,13 +17,19 @@ import (
 	"github.com/courier-mp/courier/mp"
 )
 
-const benchUsage = `usage: courier bench [-reps N] [-lat SIZES] [-bw SIZES] [-window N]
+const benchUsage = `usage: courier bench [-reps N] [-lat SIZES] [-bw SIZES] [-window N] [-pattern osu|stream] [-device]
 
 Measures point-to-point latency (half a blocking ping-pong) and bandwidth
-(windows of non-blocking sends, each acknowledged) between ranks 0 and 1,
-with the backend COURIER_BACKEND names. Started alone, it runs itself as 2
-ranks with courier run; started by a launcher (courier run, mpirun, srun), it
-is one rank of that job. SIZES are comma-separated byte counts (4096, 64k, 1m).
+between ranks 0 and 1, with the backend COURIER_BACKEND names, and prints
+how long Init took and the heap allocations per message. Bandwidth is, with
+-pattern osu (the default), windows of non-blocking sends, each
+acknowledged (as the OSU benchmarks measure MPI); with -pattern stream, one
+run of back-to-back sends (as bench/nccl/p2p.c measures NCCL). -device
+sends GPU memory (the rank's GPU) instead of host memory.
+
+Started alone, it runs itself as 2 ranks with courier run; started by a
+launcher (courier run, mpirun, srun), it is one rank of that job. SIZES are
+comma-separated byte counts (4096, 64k, 1m).
 `
 
 // selfCommand returns the command line that runs this courier binary
@@ -41,12 +49,17 @@ func (a *app) bench(args []string) int {
 	window := fs.Int("window", cfg.Window, "sends in flight per bandwidth window")
 	lat := fs.String("lat", joinSizes(cfg.LatencySizes), "latency sizes")
 	bw := fs.String("bw", joinSizes(cfg.BandwidthSizes), "bandwidth sizes")
+	pattern := fs.String("pattern", "osu", "bandwidth pattern: osu or stream")
+	device := fs.Bool("device", false, "send GPU memory instead of host memory")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	var err error
 	if cfg.LatencySizes, err = parseSizes(*lat); err == nil {
 		cfg.BandwidthSizes, err = parseSizes(*bw)
+	}
+	if err == nil && !slices.Contains(bench.Patterns, *pattern) {
+		err = fmt.Errorf("unknown pattern %q (have %s)", *pattern, strings.Join(bench.Patterns, ", "))
 	}
 	if err != nil || *reps < 1 || *window < 1 || fs.NArg() > 0 {
 		if err != nil {
@@ -55,7 +68,7 @@ func (a *app) bench(args []string) int {
 		io.WriteString(a.stderr, benchUsage)
 		return 2
 	}
-	cfg.Reps, cfg.Window = *reps, *window
+	cfg.Reps, cfg.Window, cfg.Pattern, cfg.Device = *reps, *window, *pattern, *device
 
 	// FromEnv, not Detect: rank 0's inherited socket is for mp.Init.
 	job, err := bootstrap.FromEnv(os.Getenv)
@@ -78,7 +91,9 @@ func (a *app) bench(args []string) int {
 		})
 		return res.ExitCode
 	}
+	start := time.Now()
 	comm, err := mp.Init(context.Background())
+	initTime := time.Since(start)
 	if err != nil {
 		fmt.Fprintln(a.stderr, "courier bench:", err)
 		return 1
@@ -90,7 +105,7 @@ func (a *app) bench(args []string) int {
 		return 1
 	}
 	if comm.Rank() == 0 {
-		bench.Print(a.stdout, comm.Backend(), rows)
+		bench.Print(a.stdout, comm.Backend(), cfg, initTime, rows)
 	}
 	if err := comm.Close(); err != nil {
 		fmt.Fprintln(a.stderr, "courier bench:", err)

@@ -2,7 +2,9 @@
 // one-way latency and the bandwidth for a range of sizes. With -verify it
 // checks every byte and prints a digest per size instead of times: the
 // same digests whichever backend (COURIER_BACKEND=tcp or nccl) and
-// whichever memory (-device: GPU memory from cuda.Alloc) carries them.
+// whichever memory (-device: GPU memory from cuda.Alloc) carries them, and
+// whether the messages are ordered on a CUDA stream (-device -stream:
+// mp.IsendOnStream, mp.IrecvOnStream) or waited for by the CPU.
 //
 //	go run ./cmd/courier run -np 2 ./examples/pingpong
 //	go run ./cmd/courier run -np 2 ./examples/pingpong -verify -device
@@ -23,15 +25,19 @@ func main() {
 	iters := flag.Int("iters", 1000, "round trips per size (fewer for large sizes)")
 	maxSize := flag.Int("max", 4<<20, "largest message in bytes")
 	verify := flag.Bool("verify", false, "check message contents and print a digest instead of times")
-	device := flag.Bool("device", false, "send GPU memory (cuda.Alloc on the GPU of the local rank) instead of host memory")
+	device := flag.Bool("device", false, "send GPU memory (cuda.Alloc on the rank's GPU, comm.Device) instead of host memory")
+	stream := flag.Bool("stream", false, "with -device: order every copy and message on a CUDA stream (IsendOnStream, IrecvOnStream), the CPU waiting only to read the data")
 	flag.Parse()
-	if err := run(*iters, *maxSize, *verify, *device); err != nil {
+	if err := run(*iters, *maxSize, *verify, *device, *stream); err != nil {
 		fmt.Fprintln(os.Stderr, "pingpong:", err)
 		os.Exit(1)
 	}
 }
 
-func run(iters, maxSize int, verify, device bool) error {
+func run(iters, maxSize int, verify, device, stream bool) error {
+	if stream && !device {
+		return fmt.Errorf("-stream needs -device")
+	}
 	comm, err := mp.Init(context.Background())
 	if err != nil {
 		return err
@@ -61,15 +67,26 @@ func run(iters, maxSize int, verify, device bool) error {
 	}
 	buf := make([]byte, maxSize)
 	var dbuf cuda.Slice[byte]
+	var s *cuda.Stream
 	if device {
-		if dbuf, err = cuda.Alloc[byte](cuda.Device(max(comm.LocalRank(), 0)), int64(maxSize)); err != nil {
+		dev, err := comm.Device()
+		if err != nil {
+			return err
+		}
+		if dbuf, err = cuda.Alloc[byte](dev, int64(maxSize)); err != nil {
 			return err
 		}
 		defer dbuf.Free()
+		if stream {
+			if s, err = cuda.NewStream(dev); err != nil {
+				return err
+			}
+			defer s.Destroy()
+		}
 	}
 	for size := 1; size <= maxSize; size *= 4 {
 		msg := buf[:size]
-		m := message{host: msg}
+		m := &message{host: msg, stream: s}
 		if device {
 			if m.dev, err = dbuf.Sub(0, int64(size)); err != nil {
 				return err
@@ -126,6 +143,9 @@ func run(iters, maxSize int, verify, device bool) error {
 					return err
 				}
 			}
+			if err := m.finish(); err != nil {
+				return err
+			}
 		}
 		if rank != 0 {
 			continue
@@ -141,43 +161,79 @@ func run(iters, maxSize int, verify, device bool) error {
 }
 
 // message is the buffer of one size: host memory, or device memory with a
-// host copy for filling and checking.
+// host copy for filling and checking; with a stream, the copies and
+// messages are queued on it, and pending holds the requests to collect.
 type message struct {
-	host []byte
-	dev  cuda.Slice[byte] // zero unless -device
+	host    []byte
+	dev     cuda.Slice[byte] // zero unless -device
+	stream  *cuda.Stream     // nil unless -stream
+	pending []*mp.Request
 }
 
-func (m message) onDevice() bool { return m.dev.Len() > 0 }
+func (m *message) onDevice() bool { return m.dev.Len() > 0 }
 
-func (m message) send(c *mp.Comm, peer, tag int) error {
-	if m.onDevice() {
+func (m *message) send(c *mp.Comm, peer, tag int) error {
+	switch {
+	case m.stream != nil:
+		m.pending = append(m.pending, mp.IsendOnStream(c, m.dev, peer, tag, m.stream))
+		return nil
+	case m.onDevice():
 		return mp.Send(c, m.dev, peer, tag)
 	}
 	return mp.Send(c, m.host, peer, tag)
 }
 
-func (m message) recv(c *mp.Comm, peer, tag int) error {
+func (m *message) recv(c *mp.Comm, peer, tag int) error {
 	var err error
-	if m.onDevice() {
+	switch {
+	case m.stream != nil:
+		m.pending = append(m.pending, mp.IrecvOnStream(c, m.dev, peer, tag, m.stream))
+	case m.onDevice():
 		_, err = mp.Recv(c, m.dev, peer, tag)
-	} else {
+	default:
 		_, err = mp.Recv(c, m.host, peer, tag)
 	}
 	return err
 }
 
-func (m message) toDevice() error {
-	if !m.onDevice() {
-		return nil
+// toDevice copies the host copy to the device (queued on the stream, if
+// any).
+func (m *message) toDevice() error {
+	switch {
+	case m.stream != nil:
+		return cuda.CopyToDeviceAsync(m.dev, m.host, m.stream)
+	case m.onDevice():
+		return cuda.CopyToDevice(m.dev, m.host)
 	}
-	return cuda.CopyToDevice(m.dev, m.host)
+	return nil
 }
 
-func (m message) toHost() error {
-	if !m.onDevice() {
+// toHost copies the device buffer to the host copy and returns when it is
+// there (on the stream: after whatever is queued on it before).
+func (m *message) toHost() error {
+	switch {
+	case m.stream != nil:
+		if err := cuda.CopyToHostAsync(m.host, m.dev, m.stream); err != nil {
+			return err
+		}
+		return m.stream.Synchronize()
+	case m.onDevice():
+		return cuda.CopyToHost(m.host, m.dev)
+	}
+	return nil
+}
+
+// finish collects the stream-ordered requests of a round trip.
+func (m *message) finish() error {
+	if m.stream == nil {
 		return nil
 	}
-	return cuda.CopyToHost(m.host, m.dev)
+	if err := m.stream.Synchronize(); err != nil {
+		return err
+	}
+	err := mp.WaitAll(m.pending...)
+	m.pending = m.pending[:0]
+	return err
 }
 
 func fill(b []byte, round int) {

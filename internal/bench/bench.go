@@ -1,16 +1,21 @@
 // Package bench measures point-to-point latency and bandwidth between ranks
-// 0 and 1 of a job, in the patterns the OSU micro-benchmarks use, so
-// courier's figures sit beside MPI's and Gloo's: latency is half a blocking
-// ping-pong round trip; bandwidth is windows of non-blocking sends of one
-// size, each window closed by a one-byte acknowledgement.
+// 0 and 1 of a job, in the patterns the programs it is compared with use,
+// so courier's figures sit beside theirs: latency is half a blocking
+// ping-pong round trip (both patterns); bandwidth is, in the OSU pattern
+// (MPI, Gloo), windows of non-blocking sends of one size, each window
+// closed by a one-byte acknowledgement, and in the stream pattern
+// (bench/nccl/p2p.c), one long run of back-to-back non-blocking sends,
+// timed on both ranks, the slower counting.
 package bench
 
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"time"
 
+	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -25,7 +30,15 @@ type Config struct {
 	// Budget roughly bounds the bytes moved per measurement, to size the
 	// number of iterations.
 	Budget int64
+	// Pattern is "osu" (the default) or "stream" (see the package doc).
+	Pattern string
+	// Device makes the buffers GPU memory (cuda.Alloc on the rank's GPU)
+	// instead of host memory.
+	Device bool
 }
+
+// Patterns lists the values of Config.Pattern.
+var Patterns = []string{"osu", "stream"}
 
 // Default is the OSU-like configuration of docs/benchmarks.md.
 func Default() Config {
@@ -46,6 +59,9 @@ type Row struct {
 	// 10^9 bytes per second (both kinds).
 	Latency time.Duration
 	GBps    float64
+	// Allocs is the number of heap allocations per message on rank 0
+	// (Kind "latency": blocking Send and Recv in steady state).
+	Allocs float64
 }
 
 // Run measures between ranks 0 and 1 of c; other ranks wait at the
@@ -54,26 +70,126 @@ func Run(c *mp.Comm, cfg Config) ([]Row, error) {
 	if c.Size() < 2 {
 		return nil, fmt.Errorf("bench needs 2 ranks, the job has %d", c.Size())
 	}
+	if cfg.Pattern == "" {
+		cfg.Pattern = "osu"
+	}
+	if !slices.Contains(Patterns, cfg.Pattern) {
+		return nil, fmt.Errorf("unknown pattern %q (have %v)", cfg.Pattern, Patterns)
+	}
+	largest := slices.Max(append(slices.Clone(cfg.LatencySizes), append(cfg.BandwidthSizes, 1)...))
+	m, err := newMem(c, largest, cfg.Device)
+	if err != nil {
+		return nil, err
+	}
+	defer m.free()
 	var rows []Row
 	for _, n := range cfg.LatencySizes {
-		d, err := median(cfg.Reps, func() (time.Duration, error) { return latency(c, n, iters(cfg.Budget/16, n, 1)) })
+		var allocs float64
+		d, err := median(cfg.Reps, func() (time.Duration, error) {
+			d, a, err := latency(c, m.sub(n), iters(cfg.Budget/16, n, 1))
+			allocs = a
+			return d, err
+		})
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, Row{Kind: "latency", Bytes: n, Latency: d, GBps: float64(n) / d.Seconds() / 1e9})
+		rows = append(rows, Row{Kind: "latency", Bytes: n, Latency: d, GBps: float64(n) / d.Seconds() / 1e9, Allocs: allocs})
 	}
 	for _, n := range cfg.BandwidthSizes {
-		rounds := iters(cfg.Budget, n, cfg.Window)
-		d, err := median(cfg.Reps, func() (time.Duration, error) { return bandwidth(c, n, cfg.Window, rounds) })
+		var (
+			d     time.Duration
+			moved int64
+			err   error
+		)
+		if cfg.Pattern == "stream" {
+			count := int(min(max((8<<30)/int64(max(n, 1)), 3), 200))
+			if _, err = stream(c, m.sub(n), 3); err == nil { // warm up
+				d, err = median(cfg.Reps, func() (time.Duration, error) { return stream(c, m.sub(n), count) })
+			}
+			moved = int64(n) * int64(count)
+		} else {
+			rounds := iters(cfg.Budget, n, cfg.Window)
+			d, err = median(cfg.Reps, func() (time.Duration, error) { return bandwidth(c, m.sub(n), cfg.Window, rounds) })
+			moved = int64(n) * int64(cfg.Window) * int64(rounds)
+		}
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, Row{Kind: "bandwidth", Bytes: n, GBps: float64(n*cfg.Window*rounds) / d.Seconds() / 1e9})
+		rows = append(rows, Row{Kind: "bandwidth", Bytes: n, GBps: float64(moved) / d.Seconds() / 1e9})
 	}
 	if c.Rank() != 0 {
 		return nil, nil
 	}
 	return rows, nil
+}
+
+// mem is the benchmark's buffer: host memory, or device memory.
+type mem struct {
+	host []byte
+	dev  cuda.Slice[byte]
+	gpu  bool
+}
+
+// newMem allocates n bytes of the memory cfg asks for.
+func newMem(c *mp.Comm, n int, device bool) (*mem, error) {
+	if !device {
+		return &mem{host: make([]byte, n)}, nil
+	}
+	d, err := c.Device()
+	if err != nil {
+		return nil, err
+	}
+	s, err := cuda.Alloc[byte](d, int64(max(n, 1)))
+	if err != nil {
+		return nil, err
+	}
+	return &mem{dev: s, gpu: true}, nil
+}
+
+func (m *mem) free() {
+	if m.gpu {
+		m.dev.Free()
+	}
+}
+
+// sub returns the first n bytes.
+func (m *mem) sub(n int) *mem {
+	if !m.gpu {
+		return &mem{host: m.host[:n]}
+	}
+	s, _ := m.dev.Sub(0, int64(n)) // n is within the allocation
+	return &mem{dev: s, gpu: true}
+}
+
+func (m *mem) send(c *mp.Comm, dest, tag int) error {
+	if m.gpu {
+		return mp.Send(c, m.dev, dest, tag)
+	}
+	return mp.Send(c, m.host, dest, tag)
+}
+
+func (m *mem) recv(c *mp.Comm, src, tag int) error {
+	var err error
+	if m.gpu {
+		_, err = mp.Recv(c, m.dev, src, tag)
+	} else {
+		_, err = mp.Recv(c, m.host, src, tag)
+	}
+	return err
+}
+
+func (m *mem) isend(c *mp.Comm, dest, tag int) *mp.Request {
+	if m.gpu {
+		return mp.Isend(c, m.dev, dest, tag)
+	}
+	return mp.Isend(c, m.host, dest, tag)
+}
+
+func (m *mem) irecv(c *mp.Comm, src, tag int) *mp.Request {
+	if m.gpu {
+		return mp.Irecv(c, m.dev, src, tag)
+	}
+	return mp.Irecv(c, m.host, src, tag)
 }
 
 // iters sizes a loop so it moves about budget bytes, at least 3 and at
@@ -96,42 +212,47 @@ func median(reps int, f func() (time.Duration, error)) (time.Duration, error) {
 	return ds[len(ds)/2], nil
 }
 
-// latency returns the one-way time of a blocking ping-pong of n bytes.
-func latency(c *mp.Comm, n, iters int) (time.Duration, error) {
-	buf := make([]byte, n)
+// latency returns the one-way time of a blocking ping-pong of buf, and the
+// heap allocations per message on this rank.
+func latency(c *mp.Comm, buf *mem, iters int) (time.Duration, float64, error) {
 	if err := mp.Barrier(c); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	warm := min(iters/10+1, 100)
 	var start time.Time
+	var ms runtime.MemStats
+	var mallocs uint64
 	for i := -warm; i < iters; i++ {
 		if i == 0 {
+			runtime.ReadMemStats(&ms)
+			mallocs = ms.Mallocs
 			start = time.Now()
 		}
 		switch c.Rank() {
 		case 0:
-			if err := mp.Send(c, buf, 1, 1); err != nil {
-				return 0, err
+			if err := buf.send(c, 1, 1); err != nil {
+				return 0, 0, err
 			}
-			if _, err := mp.Recv(c, buf, 1, 1); err != nil {
-				return 0, err
+			if err := buf.recv(c, 1, 1); err != nil {
+				return 0, 0, err
 			}
 		case 1:
-			if _, err := mp.Recv(c, buf, 0, 1); err != nil {
-				return 0, err
+			if err := buf.recv(c, 0, 1); err != nil {
+				return 0, 0, err
 			}
-			if err := mp.Send(c, buf, 0, 1); err != nil {
-				return 0, err
+			if err := buf.send(c, 0, 1); err != nil {
+				return 0, 0, err
 			}
 		}
 	}
-	return time.Since(start) / time.Duration(2*iters), nil
+	d := time.Since(start) / time.Duration(2*iters)
+	runtime.ReadMemStats(&ms)
+	return d, float64(ms.Mallocs-mallocs) / float64(2*iters), nil
 }
 
 // bandwidth returns the time rank 0 took to send rounds windows of window
-// messages of n bytes, each window acknowledged.
-func bandwidth(c *mp.Comm, n, window, rounds int) (time.Duration, error) {
-	buf := make([]byte, n)
+// messages of buf, each window acknowledged.
+func bandwidth(c *mp.Comm, buf *mem, window, rounds int) (time.Duration, error) {
 	ack := make([]byte, 1)
 	reqs := make([]*mp.Request, window)
 	if err := mp.Barrier(c); err != nil {
@@ -142,7 +263,7 @@ func bandwidth(c *mp.Comm, n, window, rounds int) (time.Duration, error) {
 		switch c.Rank() {
 		case 0:
 			for i := range reqs {
-				reqs[i] = mp.Isend(c, buf, 1, 2)
+				reqs[i] = buf.isend(c, 1, 2)
 			}
 			if err := mp.WaitAll(reqs...); err != nil {
 				return 0, err
@@ -152,7 +273,7 @@ func bandwidth(c *mp.Comm, n, window, rounds int) (time.Duration, error) {
 			}
 		case 1:
 			for i := range reqs {
-				reqs[i] = mp.Irecv(c, buf, 0, 2)
+				reqs[i] = buf.irecv(c, 0, 2)
 			}
 			if err := mp.WaitAll(reqs...); err != nil {
 				return 0, err
@@ -165,15 +286,64 @@ func bandwidth(c *mp.Comm, n, window, rounds int) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// Print writes rows as the table of docs/benchmarks.md.
-func Print(w io.Writer, backend string, rows []Row) {
-	fmt.Fprintf(w, "# courier bench, %s backend, ranks 0 and 1\n", backend)
-	fmt.Fprintf(w, "%-10s %12s %14s %10s\n", "kind", "bytes", "latency (µs)", "GB/s")
+// stream returns the time count back-to-back messages of buf take from
+// rank 0 to rank 1: each rank posts them all (Isend or Irecv) and waits
+// for them all; the slower rank's time counts (rank 1 reports its own).
+func stream(c *mp.Comm, buf *mem, count int) (time.Duration, error) {
+	reqs := make([]*mp.Request, count)
+	if err := mp.Barrier(c); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for i := range reqs {
+		switch c.Rank() {
+		case 0:
+			reqs[i] = buf.isend(c, 1, 2)
+		case 1:
+			reqs[i] = buf.irecv(c, 0, 2)
+		}
+	}
+	if err := mp.WaitAll(reqs...); err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	theirs := []int64{int64(d)}
+	switch c.Rank() {
+	case 0:
+		if _, err := mp.Recv(c, theirs, 1, 4); err != nil {
+			return 0, err
+		}
+		d = max(d, time.Duration(theirs[0]))
+	case 1:
+		if err := mp.Send(c, theirs, 0, 4); err != nil {
+			return 0, err
+		}
+	}
+	return d, nil
+}
+
+// Print writes rows as the table of docs/benchmarks.md; init, if not 0, is
+// how long mp.Init took on rank 0.
+func Print(w io.Writer, backend string, cfg Config, init time.Duration, rows []Row) {
+	memory := "host"
+	if cfg.Device {
+		memory = "device"
+	}
+	pattern := cfg.Pattern
+	if pattern == "" {
+		pattern = "osu"
+	}
+	fmt.Fprintf(w, "# courier bench, %s backend, %s memory, %s pattern, ranks 0 and 1\n", backend, memory, pattern)
+	fmt.Fprintf(w, "%-10s %12s %14s %10s %11s\n", "kind", "bytes", "latency (µs)", "GB/s", "allocs/msg")
+	if init > 0 {
+		fmt.Fprintf(w, "%-10s %12s %14.1f %10s %11s\n", "init", "-", float64(init.Nanoseconds())/1e3, "-", "-")
+	}
 	for _, r := range rows {
-		lat := "-"
+		lat, allocs := "-", "-"
 		if r.Kind == "latency" {
 			lat = fmt.Sprintf("%.2f", float64(r.Latency.Nanoseconds())/1e3)
+			allocs = fmt.Sprintf("%.2f", r.Allocs)
 		}
-		fmt.Fprintf(w, "%-10s %12d %14s %10.3f\n", r.Kind, r.Bytes, lat, r.GBps)
+		fmt.Fprintf(w, "%-10s %12d %14s %10.3f %11s\n", r.Kind, r.Bytes, lat, r.GBps, allocs)
 	}
 }

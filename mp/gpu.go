@@ -1,0 +1,174 @@
+package mp
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// The GPU side of the API. Device buffers (cuda.Slice) go wherever host
+// slices go; what follows is what only GPU code needs: which GPU a rank
+// uses, a CUDA stream that waits for a message on the GPU, and messages
+// ordered on a stream.
+
+// deviceConn is implemented by transports bound to one GPU (nccl).
+type deviceConn interface{ Device() int }
+
+// streamWaiter is implemented by requests that can make a stream wait for
+// them on the GPU (nccl).
+type streamWaiter interface {
+	WaitOn(s *cuda.Stream) error
+}
+
+// streamConn is implemented by transports that can order a message on a
+// caller's stream (nccl).
+type streamConn interface {
+	IsendOn(buf backend.Buffer, dest, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error)
+	IrecvOn(buf backend.Buffer, source, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error)
+}
+
+// Device returns the GPU this rank uses: on the nccl backend, the one its
+// communicator is on; otherwise the one the nccl backend would choose
+// ($COURIER_DEVICE, else the local rank). Allocate device buffers there
+// (cuda.Alloc). The error matches ErrNotSupported when CUDA or a GPU is
+// missing, and ErrInvalid when the choice is not a GPU of this host.
+func (c *Comm) Device() (cuda.Device, error) {
+	if c == nil {
+		return 0, invalidf("nil *Comm")
+	}
+	if d, ok := c.conn.(deviceConn); ok {
+		return cuda.Device(d.Device()), nil
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%w: this host has no GPU", ErrNotSupported)
+	}
+	env := c.env
+	if env == nil {
+		env = func(string) string { return "" }
+	}
+	if s := strings.TrimSpace(env("COURIER_DEVICE")); s != "" {
+		d, err := strconv.Atoi(s)
+		if err != nil || d < 0 || d >= n {
+			return 0, invalidf("COURIER_DEVICE=%q: want a device ordinal in [0, %d)", s, n)
+		}
+		return cuda.Device(d), nil
+	}
+	lr := c.job.LocalRank
+	if lr < 0 {
+		lr = c.rank
+	}
+	if lr >= n {
+		return 0, invalidf("local rank %d, but this host has %d GPU(s): run at most one rank per GPU, or set COURIER_DEVICE", lr, n)
+	}
+	return cuda.Device(lr), nil
+}
+
+// WaitOn makes the CUDA stream s wait for the operation: work queued on s
+// after WaitOn runs after the message has left the send buffer (which it
+// may then overwrite) or has arrived in the receive buffer (which it may
+// then read). The CPU does not wait for the transfer where the backend can
+// make the GPU wait (nccl, device buffers); elsewhere (tcp; a receive into
+// host memory; a message to this rank itself) WaitOn waits for the
+// operation on the CPU, so one program runs on either backend.
+//
+// WaitOn does not collect the result: Wait (or Test, WaitAll, …) must still
+// be called, and reports the operation's errors, including those the GPU
+// cannot see (a mismatch found by COURIER_CHECK=1). It returns an error at
+// once if the operation has already failed.
+func (q *Request) WaitOn(s *cuda.Stream) error {
+	if q == nil {
+		return &OpError{Op: "waiton", Rank: -1, Peer: -1, Tag: -1, Err: invalidf("nil *Request")}
+	}
+	if s == nil || s.Handle() == 0 {
+		return q.c.opErr("waiton", q.peer, q.tag, invalidf("nil or destroyed stream"))
+	}
+	r := q.acquire()
+	if r == nil { // completed
+		q.mu.Lock()
+		err := q.err
+		q.mu.Unlock()
+		return err
+	}
+	if w, ok := r.(streamWaiter); ok {
+		err := w.WaitOn(s)
+		q.settle(false, Status{}, nil)
+		if err == nil || !errors.Is(err, ErrNotSupported) {
+			return q.c.opErr("waiton", q.peer, q.tag, err)
+		}
+		r = q.acquire()
+		if r == nil {
+			return nil
+		}
+	}
+	// No GPU-side wait: complete it on the CPU. Its result stays for Wait.
+	st, err := q.c.wait(r)
+	q.settle(true, st, err)
+	q.mu.Lock()
+	err = q.err
+	q.mu.Unlock()
+	return err
+}
+
+// IsendOnStream sends buf, a device buffer, ordered on the CUDA stream s,
+// as if the transfer were a kernel queued on s: it starts after the work
+// queued on s before the call, and the work queued on s after the call
+// starts once buf may be overwritten. The CPU does not wait for the
+// transfer (on the nccl backend; on tcp the call synchronizes s, sends, and
+// returns when the send is done). The request must still be waited for
+// (Wait, Test, …) to collect errors; it may complete on the CPU later than
+// on the GPU.
+func IsendOnStream[B DeviceBuffer](c *Comm, buf B, dest, tag int, s *cuda.Stream) *Request {
+	return c.onStream(opSend, describe(buf), dest, tag, s, callerPC())
+}
+
+// IrecvOnStream receives into buf, a device buffer, ordered on the CUDA
+// stream s: the receive starts after the work queued on s before the call,
+// and the work queued on s after the call sees the message in buf. As
+// IsendOnStream, the CPU does not wait, and the request must still be
+// waited for; with COURIER_CHECK=1 the call waits until the sender has
+// posted the message (its envelope is compared first).
+func IrecvOnStream[B DeviceBuffer](c *Comm, buf B, source, tag int, s *cuda.Stream) *Request {
+	return c.onStream(opRecv, describe(buf), source, tag, s, callerPC())
+}
+
+// onStream implements IsendOnStream and IrecvOnStream.
+func (c *Comm) onStream(op opKind, b backend.Buffer, peer, tag int, s *cuda.Stream, pc uintptr) *Request {
+	if err := c.checkPeer(peer, tag, op == opRecv); err != nil {
+		return c.request(op, peer, tag, nil, err)
+	}
+	if op == opRecv && (peer == AnySource || tag == AnyTag) {
+		return c.request(op, peer, tag, nil, fmt.Errorf("%w: a stream-ordered receive must name its source and tag", ErrNotSupported))
+	}
+	if s == nil || s.Handle() == 0 {
+		return c.request(op, peer, tag, nil, invalidf("nil or destroyed stream"))
+	}
+	if sc, ok := c.conn.(streamConn); ok {
+		var r backend.Request
+		var err error
+		if op == opRecv {
+			r, err = sc.IrecvOn(b, peer, tag, pc, s)
+		} else {
+			r, err = sc.IsendOn(b, peer, tag, pc, s)
+		}
+		return c.request(op, peer, tag, r, err)
+	}
+	// The transport moves device memory through the host: order by
+	// waiting for s, then for the message.
+	if err := s.Synchronize(); err != nil {
+		return c.request(op, peer, tag, nil, err)
+	}
+	r, err := c.start(op, b, peer, tag, pc)
+	q := c.request(op, peer, tag, r, err)
+	if err == nil {
+		q.Wait()
+	}
+	return q
+}

@@ -1,0 +1,62 @@
+package mp_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/courier-mp/courier/cuda"
+	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/mp"
+)
+
+// TestStreamCallsRefuseBadInput: the GPU calls check their arguments
+// before any GPU work, with named errors, on a machine without a GPU too.
+func TestStreamCallsRefuseBadInput(t *testing.T) {
+	ranktest.Run(t, 2, func(t *ranktest.T, c *mp.Comm) {
+		var none cuda.Slice[float32]
+		peer := 1 - c.Rank()
+		for name, q := range map[string]*mp.Request{
+			"IsendOnStream, nil stream":   mp.IsendOnStream(c, none, peer, 0, nil),
+			"IrecvOnStream, nil stream":   mp.IrecvOnStream(c, none, peer, 0, nil),
+			"IsendOnStream, bad rank":     mp.IsendOnStream(c, none, 7, 0, new(cuda.Stream)),
+			"IrecvOnStream, AnySource":    mp.IrecvOnStream(c, none, mp.AnySource, 0, new(cuda.Stream)),
+			"IrecvOnStream, negative tag": mp.IrecvOnStream(c, none, peer, -5, new(cuda.Stream)),
+		} {
+			_, err := q.Wait()
+			var oe *mp.OpError
+			if !errors.As(err, &oe) || !(errors.Is(err, mp.ErrInvalid) || errors.Is(err, mp.ErrNotSupported)) {
+				t.Errorf("%s: %v, want an OpError matching ErrInvalid or ErrNotSupported", name, err)
+			}
+		}
+		// A request waited for on a nil stream: ErrInvalid, and the
+		// request is still usable.
+		buf := []int32{1, 2, 3}
+		var q *mp.Request
+		if c.Rank() == 0 {
+			q = mp.Isend(c, buf, 1, 3)
+		} else {
+			q = mp.Irecv(c, buf, 0, 3)
+		}
+		if err := q.WaitOn(nil); !errors.Is(err, mp.ErrInvalid) {
+			t.Errorf("WaitOn(nil): %v, want ErrInvalid", err)
+		}
+		if _, err := q.Wait(); err != nil {
+			t.Errorf("Wait after a refused WaitOn: %v", err)
+		}
+		if err := (*mp.Request)(nil).WaitOn(nil); !errors.Is(err, mp.ErrInvalid) {
+			t.Errorf("nil request: %v", err)
+		}
+	})
+}
+
+// TestDeviceWithoutGPU: Comm.Device names what is missing.
+func TestDeviceWithoutGPU(t *testing.T) {
+	if n, err := cuda.DeviceCount(); err == nil && n > 0 {
+		t.Skip("this machine has a GPU")
+	}
+	ranktest.Run(t, 1, func(t *ranktest.T, c *mp.Comm) {
+		if _, err := c.Device(); !errors.Is(err, mp.ErrNotSupported) {
+			t.Errorf("Device: %v, want ErrNotSupported", err)
+		}
+	})
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# gpu-run.sh: run the GPU tests, examples and benchmarks on the GPU machine
+# (2 GPUs, Open MPI, CUDA, NCCL; no Go), from the repository root, with the
+# binaries scripts/gpu-build.sh made in gpu-build/:
+#
+#   bash scripts/gpu-run.sh [LOGDIR]      # default LOGDIR: gpu-build/logs
+#
+# Every step runs under a time limit and the script goes on after a
+# failure; it prints one line per step and ends with the failed ones (exit
+# status 1 if any). The logs of every step are in LOGDIR. NCCL_NVLS_ENABLE=0
+# is set in every process (NVLink SHARP is not available on that machine).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=$PWD/gpu-build
+LOG=${1:-$B/logs}
+mkdir -p "$LOG"
+export NCCL_NVLS_ENABLE=0
+M=(mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0)
+failed=()
+
+# step NAME LIMIT CMD...: run CMD with a time limit, its output in
+# $LOG/NAME.log.
+step() {
+	local name=$1 limit=$2
+	shift 2
+	local start=$SECONDS
+	timeout --kill-after=10 "$limit" "$@" >"$LOG/$name.log" 2>&1
+	local rc=$?
+	printf '%-28s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - start))
+	if [ "$rc" -ne 0 ]; then
+		failed+=("$name")
+	fi
+	return 0
+}
+
+# The C + NCCL floor, built here (mpicc; the CUDA and NCCL headers of the
+# machine).
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+step p2p-build 120 mpicc -O2 -o "$B/p2p" bench/nccl/p2p.c -I"$CUDA/include" -L"$CUDA/lib64" -lcudart -lnccl
+
+cd "$B"
+step cuda 300 env COURIER_REQUIRE_GPU=2 ./cuda.test -test.v -test.count=1
+step nccl 240 "${M[@]}" -x COURIER_REQUIRE_GPU=2 ./nccl.test -test.run '^TestGPU' -test.v -test.count=1 -test.timeout 230s
+step proctest-nccl-checked 200 "${M[@]}" -x COURIER_REQUIRE_GPU=2 -x COURIER_BACKEND=nccl -x COURIER_CHECK=1 \
+	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 190s
+# Without checks the cases of backend/nccl's needsChecks fail by design
+# (3 s each with COURIER_TIMEOUT=3s); the log lists them (grep ^FAIL or
+# "--- FAIL").
+step proctest-nccl-unchecked 200 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_CHECK=0 -x COURIER_TIMEOUT=3s \
+	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 190s
+for b in tcp nccl; do
+	for mem in host device stream; do
+		args=(-verify)
+		case $mem in
+		device) args+=(-device) ;;
+		stream) args+=(-device -stream) ;;
+		esac
+		step "pingpong-$b-$mem" 60 "${M[@]}" -x COURIER_BACKEND=$b ./pingpong "${args[@]}"
+	done
+done
+# The digests must be the same for every backend and memory.
+if [ "$(cat "$LOG"/pingpong-*.log | grep -c .)" -gt 0 ] &&
+	[ "$(for f in "$LOG"/pingpong-*.log; do md5sum <"$f"; done | sort -u | wc -l)" -eq 1 ]; then
+	echo "pingpong digests: all equal"
+else
+	echo "pingpong digests: DIFFER"
+	failed+=(pingpong-digests)
+fi
+
+# The benchmark beside the C program, one after the other in one run.
+sizes=(-lat 8,128k -bw 2m,32m,128m,512m)
+step bench-c 150 "${M[@]}" ./p2p
+step bench-nccl-device 150 "${M[@]}" -x COURIER_BACKEND=nccl ./courier bench -device -pattern stream "${sizes[@]}"
+step bench-c-again 150 "${M[@]}" ./p2p
+step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl ./courier bench -pattern stream "${sizes[@]}"
+for f in bench-c bench-nccl-device bench-c-again bench-nccl-host; do
+	echo "== $f"
+	grep -E '^(#|kind|init|latency|bandwidth)' "$LOG/$f.log"
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "FAILED: ${failed[*]}"
+	exit 1
+fi
+echo "ALL PASSED"
