@@ -4,6 +4,7 @@
 # binaries scripts/gpu-build.sh made in gpu-build/:
 #
 #   bash scripts/gpu-run.sh [LOGDIR]      # default LOGDIR: gpu-build/logs
+#   ONLY='nccl|bench' bash scripts/gpu-run.sh   # only the steps whose names match
 #
 # Every step runs under a time limit and the script goes on after a
 # failure; it prints one line per step and ends with the failed ones (exit
@@ -23,6 +24,9 @@ failed=()
 step() {
 	local name=$1 limit=$2
 	shift 2
+	if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then
+		return 0
+	fi
 	local start=$SECONDS
 	timeout --kill-after=10 "$limit" "$@" >"$LOG/$name.log" 2>&1
 	local rc=$?
@@ -59,7 +63,9 @@ for b in tcp nccl; do
 	done
 done
 # The digests must be the same for every backend and memory.
-if [ "$(cat "$LOG"/pingpong-*.log | grep -c .)" -gt 0 ] &&
+if [ -n "${ONLY:-}" ] && ! [[ pingpong =~ $ONLY ]]; then
+	:
+elif [ "$(cat "$LOG"/pingpong-*.log | grep -c .)" -gt 0 ] &&
 	[ "$(for f in "$LOG"/pingpong-*.log; do md5sum <"$f"; done | sort -u | wc -l)" -eq 1 ]; then
 	echo "pingpong digests: all equal"
 else
@@ -69,11 +75,14 @@ fi
 
 # The benchmark beside the C program, one after the other in one run.
 sizes=(-lat 8,128k -bw 2m,32m,128m,512m)
+# A wait longer than COURIER_TIMEOUT aborts and lists what was pending.
+step bench-nccl-small 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=20s ./courier bench -device -pattern stream -reps 1 -lat 8 -bw 2m
 step bench-c 150 "${M[@]}" ./p2p
-step bench-nccl-device 150 "${M[@]}" -x COURIER_BACKEND=nccl ./courier bench -device -pattern stream "${sizes[@]}"
+step bench-nccl-device 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -device -pattern stream "${sizes[@]}"
 step bench-c-again 150 "${M[@]}" ./p2p
-step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl ./courier bench -pattern stream "${sizes[@]}"
-for f in bench-c bench-nccl-device bench-c-again bench-nccl-host; do
+step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -pattern stream "${sizes[@]}"
+for f in bench-nccl-small bench-c bench-nccl-device bench-c-again bench-nccl-host; do
+	[ -f "$LOG/$f.log" ] || continue
 	echo "== $f"
 	grep -E '^(#|kind|init|latency|bandwidth)' "$LOG/$f.log"
 done

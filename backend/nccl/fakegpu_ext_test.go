@@ -3,10 +3,12 @@
 package nccl_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/courier-mp/courier/internal/bench"
 	"github.com/courier-mp/courier/internal/conformance"
 	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
@@ -44,4 +46,34 @@ func TestFakeGPUChildConformance(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestFakeGPUChildBench runs courier bench's patterns (internal/bench) on
+// the nccl driver over the fake GPU library, with device and host memory:
+// they must finish, and report every row.
+func TestFakeGPUChildBench(t *testing.T) {
+	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
+		t.Skip("runs in the child process of TestFakeGPU")
+	}
+	for _, pattern := range bench.Patterns {
+		for _, device := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/device=%v", pattern, device), func(t *testing.T) {
+				cfg := ranktest.Config{Backend: "nccl", Options: []mp.Option{mp.WithEnv(os.Getenv)}, Timeout: 20 * time.Second}
+				ranktest.RunConfig(t, 2, cfg, func(rt *ranktest.T, c *mp.Comm) {
+					bc := bench.Config{
+						LatencySizes: []int{8, 128 << 10}, BandwidthSizes: []int{4 << 10, 2 << 20},
+						Window: 8, Reps: 1, Budget: 8 << 20, Pattern: pattern, Device: device,
+					}
+					rows, err := bench.Run(c, bc, nil)
+					if err != nil {
+						rt.Errorf("bench: %v", err)
+						rt.FailNow()
+					}
+					if c.Rank() == 0 && len(rows) != 4 {
+						rt.Errorf("%d rows, want 4", len(rows))
+					}
+				})
+			})
+		}
+	}
 }

@@ -556,8 +556,10 @@ func TestGPUTimeout(t *testing.T) {
 	barrier(t, c, peer)
 	start := time.Now()
 	c.Abort(backend.ErrTimeout)
-	if _, err := q.Wait(time.Minute); !errors.Is(err, backend.ErrTimeout) {
-		t.Errorf("after Abort: %v", err)
+	// Both ranks abort at about the same time: the receive ends with this
+	// rank's abort, or with the peer's, whichever this rank saw first.
+	if _, err := q.Wait(time.Minute); !errors.Is(err, backend.ErrTimeout) && !errors.Is(err, backend.ErrPeerLost) {
+		t.Errorf("after Abort: %v, want ErrTimeout or ErrPeerLost", err)
 	}
 	q.Release()
 	t.Logf("Abort took %v", time.Since(start))

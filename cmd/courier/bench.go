@@ -99,13 +99,12 @@ func (a *app) bench(args []string) int {
 		return 1
 	}
 	defer comm.Close()
-	rows, err := bench.Run(comm, cfg)
-	if err != nil {
+	if comm.Rank() == 0 {
+		bench.Header(a.stdout, comm.Backend(), cfg, initTime)
+	}
+	if _, err := bench.Run(comm, cfg, func(r bench.Row) { bench.PrintRow(a.stdout, r) }); err != nil {
 		fmt.Fprintln(a.stderr, "courier bench:", err)
 		return 1
-	}
-	if comm.Rank() == 0 {
-		bench.Print(a.stdout, comm.Backend(), cfg, initTime, rows)
 	}
 	if err := comm.Close(); err != nil {
 		fmt.Fprintln(a.stderr, "courier bench:", err)

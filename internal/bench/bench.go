@@ -65,8 +65,9 @@ type Row struct {
 }
 
 // Run measures between ranks 0 and 1 of c; other ranks wait at the
-// barriers. Rank 0 gets the rows; the others get nil.
-func Run(c *mp.Comm, cfg Config) ([]Row, error) {
+// barriers. Rank 0 gets the rows; the others get nil. If emit is not nil,
+// rank 0 also hands it each row as soon as it is measured.
+func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 	if c.Size() < 2 {
 		return nil, fmt.Errorf("bench needs 2 ranks, the job has %d", c.Size())
 	}
@@ -93,7 +94,7 @@ func Run(c *mp.Comm, cfg Config) ([]Row, error) {
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, Row{Kind: "latency", Bytes: n, Latency: d, GBps: float64(n) / d.Seconds() / 1e9, Allocs: allocs})
+		rows = add(c, rows, emit, Row{Kind: "latency", Bytes: n, Latency: d, GBps: float64(n) / d.Seconds() / 1e9, Allocs: allocs})
 	}
 	for _, n := range cfg.BandwidthSizes {
 		var (
@@ -115,12 +116,20 @@ func Run(c *mp.Comm, cfg Config) ([]Row, error) {
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, Row{Kind: "bandwidth", Bytes: n, GBps: float64(moved) / d.Seconds() / 1e9})
+		rows = add(c, rows, emit, Row{Kind: "bandwidth", Bytes: n, GBps: float64(moved) / d.Seconds() / 1e9})
 	}
 	if c.Rank() != 0 {
 		return nil, nil
 	}
 	return rows, nil
+}
+
+// add appends r to rows and, on rank 0, hands it to emit.
+func add(c *mp.Comm, rows []Row, emit func(Row), r Row) []Row {
+	if emit != nil && c.Rank() == 0 {
+		emit(r)
+	}
+	return append(rows, r)
 }
 
 // mem is the benchmark's buffer: host memory, or device memory.
@@ -322,9 +331,9 @@ func stream(c *mp.Comm, buf *mem, count int) (time.Duration, error) {
 	return d, nil
 }
 
-// Print writes rows as the table of docs/benchmarks.md; init, if not 0, is
-// how long mp.Init took on rank 0.
-func Print(w io.Writer, backend string, cfg Config, init time.Duration, rows []Row) {
+// Header writes the title and column names of the table of
+// docs/benchmarks.md; init, if not 0, is how long mp.Init took on rank 0.
+func Header(w io.Writer, backend string, cfg Config, init time.Duration) {
 	memory := "host"
 	if cfg.Device {
 		memory = "device"
@@ -338,12 +347,14 @@ func Print(w io.Writer, backend string, cfg Config, init time.Duration, rows []R
 	if init > 0 {
 		fmt.Fprintf(w, "%-10s %12s %14.1f %10s %11s\n", "init", "-", float64(init.Nanoseconds())/1e3, "-", "-")
 	}
-	for _, r := range rows {
-		lat, allocs := "-", "-"
-		if r.Kind == "latency" {
-			lat = fmt.Sprintf("%.2f", float64(r.Latency.Nanoseconds())/1e3)
-			allocs = fmt.Sprintf("%.2f", r.Allocs)
-		}
-		fmt.Fprintf(w, "%-10s %12d %14s %10.3f %11s\n", r.Kind, r.Bytes, lat, r.GBps, allocs)
+}
+
+// PrintRow writes one row of the table.
+func PrintRow(w io.Writer, r Row) {
+	lat, allocs := "-", "-"
+	if r.Kind == "latency" {
+		lat = fmt.Sprintf("%.2f", float64(r.Latency.Nanoseconds())/1e3)
+		allocs = fmt.Sprintf("%.2f", r.Allocs)
 	}
+	fmt.Fprintf(w, "%-10s %12d %14s %10.3f %11s\n", r.Kind, r.Bytes, lat, r.GBps, allocs)
 }
