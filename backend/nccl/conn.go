@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -33,6 +34,9 @@ const (
 	// of a communicator whose peer is alive can wait for the peer to abort
 	// its side too; courier tells the peer first, so that it does.
 	abortBound = 10 * time.Second
+	// asyncCheckEvery is how often a channel with work on the GPU asks
+	// NCCL for an asynchronous error while nothing is being launched.
+	asyncCheckEvery = 200 * time.Microsecond
 )
 
 // conn is one rank's endpoint of an NCCL communicator: it implements
@@ -107,6 +111,8 @@ type conn struct {
 
 	envOut [envSize]byte // an outgoing envelope, under mu
 
+	trace *traceStats // timings of every group, when COURIER_NCCL_TRACE is set
+
 	wake      chan struct{} // wakes the progress goroutine
 	stop      chan struct{} // closed by Close: goroutines end
 	wg        sync.WaitGroup
@@ -124,6 +130,8 @@ type channel struct {
 	// graceUntil: the channel's peer is gone and the channel has work on
 	// the GPU; if none of it finishes by then, the channel is aborted.
 	graceUntil time.Time
+	// lastCheck is when ncclCommGetAsyncError was last asked.
+	lastCheck time.Time
 }
 
 // launching reports whether the channel's newest group is still being
@@ -158,6 +166,7 @@ type connOptions struct {
 	check      bool
 	eng        engine
 	ctl        *control
+	trace      *traceStats
 }
 
 // newConn makes a communicator around an engine (and, with more than one
@@ -176,6 +185,7 @@ func newConn(o connOptions) *conn {
 		flushState: make([]uint8, 2*o.size),
 		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
+		trace:      o.trace,
 	}
 	c.wg.Add(1)
 	go c.run()
@@ -529,7 +539,13 @@ func (c *conn) prepareLocked(r *request, g *group) {
 // launchLocked issues g and records it in flight on its channel.
 func (c *conn) launchLocked(g *group) {
 	ch := &c.chans[g.ch]
+	if c.trace != nil {
+		g.t0 = time.Now()
+	}
 	inProgress, err := c.eng.launch(g)
+	if c.trace != nil {
+		g.t1 = time.Now()
+	}
 	ch.inflight = append(ch.inflight, g)
 	if err != nil {
 		c.failChanLocked(g.ch, err)
@@ -550,6 +566,9 @@ func (c *conn) sealLocked(g *group) {
 		return
 	}
 	g.sealed = true
+	if c.trace != nil {
+		g.t2 = time.Now()
+	}
 }
 
 // progressLocked advances every channel: a launching group is sealed once
@@ -579,11 +598,20 @@ func (c *conn) progressLocked() bool {
 func (c *conn) progressChanLocked(i int) {
 	ch := &c.chans[i]
 	// ncclCommGetAsyncError: whether the last launch is on the stream yet,
-	// and any failure NCCL found in its own threads.
-	inProgress, err := c.eng.settle(i)
-	if err != nil {
-		c.failChanLocked(i, err)
-		return
+	// and any failure NCCL found in its own threads. Asked at every poll
+	// while a launch is in progress, otherwise at most every
+	// asyncCheckEvery: a waiter polls in a tight loop, and NCCL's own
+	// threads need the communicator meanwhile.
+	launching := ch.launching()
+	inProgress := false
+	if now := time.Now(); launching || now.Sub(ch.lastCheck) >= asyncCheckEvery {
+		ch.lastCheck = now
+		var err error
+		inProgress, err = c.eng.settle(i)
+		if err != nil {
+			c.failChanLocked(i, err)
+			return
+		}
 	}
 	if last := ch.inflight[len(ch.inflight)-1]; last.launching && !inProgress {
 		last.launching = false
@@ -609,6 +637,9 @@ func (c *conn) progressChanLocked(i int) {
 		copy(ch.inflight, ch.inflight[1:])
 		ch.inflight[len(ch.inflight)-1] = nil
 		ch.inflight = ch.inflight[:len(ch.inflight)-1]
+		if c.trace != nil {
+			c.trace.add(g, time.Now())
+		}
 		c.eng.finish(g)
 		for j := range g.ops {
 			if r := g.ops[j].r; r != nil {
@@ -888,6 +919,9 @@ func (c *conn) Close() error {
 			errs = append(errs, err)
 		}
 		c.closeErr = errors.Join(errs...)
+		if c.trace != nil {
+			c.trace.report(c.rank)
+		}
 	})
 	return c.closeErr
 }
@@ -952,3 +986,31 @@ func (c *conn) connectAll(ctx context.Context, ops func(p int) (send, recv op)) 
 // Device returns the CUDA device ordinal of this rank's GPU (mp's
 // Comm.Device).
 func (c *conn) Device() int { return c.dev }
+
+// traceStats sums where the time of each group goes: in the launch call
+// (ncclGroupEnd), from its return until NCCL has the group on the stream
+// (ncclInProgress, then settled), and from there until its event fires
+// and progress sees it. Set COURIER_NCCL_TRACE=1 to have Close print them.
+type traceStats struct {
+	n                         int64
+	launch, settle, complete time.Duration
+}
+
+func (t *traceStats) add(g *group, done time.Time) {
+	if g.t0.IsZero() || g.t2.IsZero() {
+		return
+	}
+	t.n++
+	t.launch += g.t1.Sub(g.t0)
+	t.settle += g.t2.Sub(g.t1)
+	t.complete += done.Sub(g.t2)
+}
+
+func (t *traceStats) report(rank int) {
+	if t.n == 0 {
+		return
+	}
+	n := time.Duration(t.n)
+	fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: %d groups; mean launch %v, until on the stream %v, until seen done %v\n",
+		rank, t.n, t.launch/n, t.settle/n, t.complete/n)
+}

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -134,6 +135,9 @@ type group struct {
 	sealed bool
 	// res is the engine's per-group state (event, staging memory).
 	res any
+	// t0, t1, t2: when launch began and returned, and when the group was
+	// sealed (only with COURIER_NCCL_TRACE).
+	t0, t1, t2 time.Time
 }
 
 // reset empties g for reuse.
@@ -141,4 +145,5 @@ func (g *group) reset() {
 	clear(g.ops)
 	g.ops = g.ops[:0]
 	g.ch, g.launching, g.sealed, g.res = 0, false, false, nil
+	g.t0, g.t1, g.t2 = time.Time{}, time.Time{}, time.Time{}
 }

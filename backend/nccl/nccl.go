@@ -328,6 +328,7 @@ func decodeHello(k, size int, b []byte) (hello, error) {
 // two ranks (all at once, polled until ready; aborted if ctx ends first),
 // and connect every channel with a one-byte message.
 func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
+	openStart := time.Now()
 	job := cfg.Job
 	if job.Size < 1 || job.Rank < 0 || job.Rank >= job.Size {
 		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, job.Rank, job.Size)
@@ -393,9 +394,14 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 			return fail(err, ctl)
 		}
 	}
+	var tr *traceStats
+	if cfg.Getenv("COURIER_NCCL_TRACE") != "" {
+		tr = &traceStats{}
+		fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: Open: until the communicators were made %v\n", job.Rank, time.Since(openStart))
+	}
 	c := newConn(connOptions{
 		rank: job.Rank, size: job.Size, dev: int(lo.dev), check: cfg.Check,
-		eng: eng, ctl: ctl,
+		eng: eng, ctl: ctl, trace: tr,
 	})
 	base := eng.warm.Ptr()
 	err = c.connectAll(ctx, func(p int) (send, recv op) {

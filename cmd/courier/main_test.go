@@ -280,19 +280,24 @@ func TestSignalForwarded(t *testing.T) {
 }
 
 // TestBench runs courier bench for real: alone, it starts itself as two
-// ranks, which measure and print the table.
+// ranks, which measure and print the table, in both patterns.
 func TestBench(t *testing.T) {
 	t.Parallel()
-	code, stdout, stderr := courier(t, "bench", "-reps", "1", "-lat", "1,4k", "-bw", "64k,1m", "-window", "4")
-	if code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
-	}
-	for _, want := range []string{"tcp backend", "latency", "bandwidth", " 4096 ", " 1048576 "} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("output lacks %q:\n%s", want, stdout)
+	for _, pattern := range []string{"osu", "stream"} {
+		code, stdout, stderr := courier(t, "bench", "-reps", "1", "-lat", "1,4k", "-bw", "64k,1m", "-window", "4", "-pattern", pattern)
+		if code != 0 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		for _, want := range []string{"tcp backend", pattern + " pattern", "init", "latency", "bandwidth", " 4096 ", " 1048576 ", "allocs/msg"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("output lacks %q:\n%s", want, stdout)
+			}
+		}
+		if n := strings.Count(stdout, "\n"); n != 3+4 {
+			t.Errorf("want a title, a header, the init row and 4 rows, got %d lines:\n%s", n, stdout)
 		}
 	}
-	if n := strings.Count(stdout, "\n"); n != 2+4 {
-		t.Errorf("want a title, a header and 4 rows, got %d lines:\n%s", n, stdout)
+	if code, _, stderr := courier(t, "bench", "-pattern", "nope"); code != 2 || !strings.Contains(stderr, `unknown pattern "nope"`) {
+		t.Errorf("a bad pattern: exit %d, stderr %q", code, stderr)
 	}
 }
