@@ -992,7 +992,7 @@ func (c *conn) Device() int { return c.dev }
 // (ncclInProgress, then settled), and from there until its event fires
 // and progress sees it. Set COURIER_NCCL_TRACE=1 to have Close print them.
 type traceStats struct {
-	n                         int64
+	n                        int64
 	launch, settle, complete time.Duration
 }
 
