@@ -7,7 +7,11 @@
  *               receive, synchronize), one way = half the round trip;
  *   bandwidth - `iters` back-to-back sends of one size on one stream, then
  *               one synchronize; the receiver mirrors with receives;
- *   init      - ncclCommInitRank, measured on rank 0.
+ *   init      - ncclCommInitRank, measured on rank 0 ("init"), and from
+ *               before the CUDA context exists to a communicator that has
+ *               moved its first bytes, allocation of the 512 MiB buffer
+ *               included ("init+ctx": what courier's Init
+ *               does, beside its own bootstrap).
  *
  * Build and run on the GPU machine:
  *   mpicc -O2 -o p2p p2p.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart -lnccl
@@ -75,6 +79,8 @@ int main(int argc, char **argv) {
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
 	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	MPI_Barrier(MPI_COMM_WORLD);
+	double t00 = now();
 	CHECK_CUDA(cudaSetDevice(lr ? atoi(lr) : rank));
 	CHECK_CUDA(cudaFree(0));
 	CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -95,12 +101,14 @@ int main(int argc, char **argv) {
 	CHECK_NCCL(ncclRecv(buf + 1, 1, ncclUint8, 1 - rank, comm, stream));
 	CHECK_NCCL(ncclGroupEnd());
 	CHECK_CUDA(cudaStreamSynchronize(stream));
+	double whole = now() - t00;
 	if (rank == 0) {
 		int v;
 		ncclGetVersion(&v);
 		printf("# C + NCCL %d, 2 ranks\n", v);
 		printf("%-10s %12s %14s %10s\n", "kind", "bytes", "latency (µs)", "GB/s");
 		printf("%-10s %12s %14.1f %10s\n", "init", "-", init * 1e6, "-");
+		printf("%-10s %12s %14.1f %10s\n", "init+ctx", "-", whole * 1e6, "-");
 	}
 	size_t lat[] = {8, 128 << 10};
 	for (int i = 0; i < 2; i++) {
