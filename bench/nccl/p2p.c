@@ -13,6 +13,13 @@
  *               included ("init+ctx": what courier's Init
  *               does, beside its own bootstrap).
  *
+ * With -nonblocking, the communicator is non-blocking (config.blocking = 0)
+ * and every operation goes as courier's NCCL backend issues it: ncclGroupStart,
+ * the send or receive, ncclGroupEnd; ncclCommGetAsyncError polled until it
+ * is no longer ncclInProgress; an event recorded and cudaEventQuery polled
+ * (a spin, no sleep). What that costs beside the blocking calls is NCCL's
+ * share of courier's overhead.
+ *
  * Build and run on the GPU machine:
  *   mpicc -O2 -o p2p p2p.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart -lnccl
  *   mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 ./p2p
@@ -22,6 +29,7 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CHECK_CUDA(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
 	fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
@@ -31,6 +39,39 @@
 static int rank;
 static ncclComm_t comm;
 static cudaStream_t stream;
+static int nonblocking;
+static cudaEvent_t event;
+
+/* settle polls a non-blocking communicator until its last call is done. */
+static void settle(ncclResult_t r) {
+	if (r == ncclInProgress) {
+		ncclResult_t state;
+		do {
+			CHECK_NCCL(ncclCommGetAsyncError(comm, &state));
+		} while (state == ncclInProgress);
+		r = state;
+	}
+	CHECK_NCCL(r);
+}
+
+/* op sends or receives n bytes and waits for it. */
+static void op(int recv, char *buf, size_t n, int peer) {
+	if (!nonblocking) {
+		if (recv) CHECK_NCCL(ncclRecv(buf, n, ncclUint8, peer, comm, stream));
+		else CHECK_NCCL(ncclSend(buf, n, ncclUint8, peer, comm, stream));
+		CHECK_CUDA(cudaStreamSynchronize(stream));
+		return;
+	}
+	CHECK_NCCL(ncclGroupStart());
+	ncclResult_t r = recv ? ncclRecv(buf, n, ncclUint8, peer, comm, stream) : ncclSend(buf, n, ncclUint8, peer, comm, stream);
+	if (r != ncclSuccess && r != ncclInProgress) CHECK_NCCL(r);
+	settle(ncclGroupEnd());
+	CHECK_CUDA(cudaEventRecord(event, stream));
+	cudaError_t e;
+	while ((e = cudaEventQuery(event)) == cudaErrorNotReady) {
+	}
+	CHECK_CUDA(e);
+}
 
 static double now(void) { return MPI_Wtime(); }
 
@@ -39,17 +80,8 @@ static double latency(char *buf, size_t n, int iters) {
 	double start = 0;
 	for (int i = -10; i < iters; i++) {
 		if (i == 0) start = now();
-		if (rank == 0) {
-			CHECK_NCCL(ncclSend(buf, n, ncclUint8, peer, comm, stream));
-			CHECK_CUDA(cudaStreamSynchronize(stream));
-			CHECK_NCCL(ncclRecv(buf, n, ncclUint8, peer, comm, stream));
-			CHECK_CUDA(cudaStreamSynchronize(stream));
-		} else {
-			CHECK_NCCL(ncclRecv(buf, n, ncclUint8, peer, comm, stream));
-			CHECK_CUDA(cudaStreamSynchronize(stream));
-			CHECK_NCCL(ncclSend(buf, n, ncclUint8, peer, comm, stream));
-			CHECK_CUDA(cudaStreamSynchronize(stream));
-		}
+		op(rank != 0, buf, n, peer);
+		op(rank == 0, buf, n, peer);
 	}
 	return (now() - start) / (2.0 * iters);
 }
@@ -59,8 +91,10 @@ static double bandwidth(char *buf, size_t n, int iters) {
 	MPI_Barrier(MPI_COMM_WORLD);
 	double start = now();
 	for (int i = 0; i < iters; i++) {
-		if (rank == 0) CHECK_NCCL(ncclSend(buf, n, ncclUint8, peer, comm, stream));
-		else CHECK_NCCL(ncclRecv(buf, n, ncclUint8, peer, comm, stream));
+		ncclResult_t r;
+		if (rank == 0) r = ncclSend(buf, n, ncclUint8, peer, comm, stream);
+		else r = ncclRecv(buf, n, ncclUint8, peer, comm, stream);
+		settle(r);
 	}
 	CHECK_CUDA(cudaStreamSynchronize(stream));
 	double t = now() - start;
@@ -74,6 +108,9 @@ int main(int argc, char **argv) {
 	int size;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-nonblocking") == 0) nonblocking = 1;
+	}
 	if (size != 2) {
 		if (rank == 0) fprintf(stderr, "p2p needs 2 ranks\n");
 		MPI_Abort(MPI_COMM_WORLD, 2);
@@ -84,12 +121,19 @@ int main(int argc, char **argv) {
 	CHECK_CUDA(cudaSetDevice(lr ? atoi(lr) : rank));
 	CHECK_CUDA(cudaFree(0));
 	CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+	CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
 	ncclUniqueId id;
 	if (rank == 0) CHECK_NCCL(ncclGetUniqueId(&id));
 	MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
 	MPI_Barrier(MPI_COMM_WORLD);
 	double t0 = now();
-	CHECK_NCCL(ncclCommInitRank(&comm, 2, id, rank));
+	if (nonblocking) {
+		ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+		config.blocking = 0;
+		settle(ncclCommInitRankConfig(&comm, 2, id, rank, &config));
+	} else {
+		CHECK_NCCL(ncclCommInitRank(&comm, 2, id, rank));
+	}
 	double init = now() - t0;
 	size_t maxn = (size_t)512 << 20;
 	char *buf;
@@ -97,15 +141,17 @@ int main(int argc, char **argv) {
 	CHECK_CUDA(cudaMemset(buf, rank, maxn));
 	/* First contact in both directions, symmetric, before timing. */
 	CHECK_NCCL(ncclGroupStart());
-	CHECK_NCCL(ncclSend(buf, 1, ncclUint8, 1 - rank, comm, stream));
-	CHECK_NCCL(ncclRecv(buf + 1, 1, ncclUint8, 1 - rank, comm, stream));
-	CHECK_NCCL(ncclGroupEnd());
+	ncclResult_t r0 = ncclSend(buf, 1, ncclUint8, 1 - rank, comm, stream);
+	if (r0 != ncclInProgress) CHECK_NCCL(r0);
+	r0 = ncclRecv(buf + 1, 1, ncclUint8, 1 - rank, comm, stream);
+	if (r0 != ncclInProgress) CHECK_NCCL(r0);
+	settle(ncclGroupEnd());
 	CHECK_CUDA(cudaStreamSynchronize(stream));
 	double whole = now() - t00;
 	if (rank == 0) {
 		int v;
 		ncclGetVersion(&v);
-		printf("# C + NCCL %d, 2 ranks\n", v);
+		printf("# C + NCCL %d, 2 ranks, %s communicator\n", v, nonblocking ? "non-blocking" : "blocking");
 		printf("%-10s %12s %14s %10s\n", "kind", "bytes", "latency (µs)", "GB/s");
 		printf("%-10s %12s %14.1f %10s\n", "init", "-", init * 1e6, "-");
 		printf("%-10s %12s %14.1f %10s\n", "init+ctx", "-", whole * 1e6, "-");

@@ -221,37 +221,60 @@ func median(reps int, f func() (time.Duration, error)) (time.Duration, error) {
 	return ds[len(ds)/2], nil
 }
 
+// latencyBudget bounds the timed part of one latency measurement: iters
+// is cut so that it takes about this long, judged from the warm-up.
+const latencyBudget = 2 * time.Second
+
 // latency returns the one-way time of a blocking ping-pong of buf, and the
-// heap allocations per message on this rank.
+// heap allocations per message on this rank. After the warm-up, rank 0
+// cuts iters to about latencyBudget and tells rank 1.
 func latency(c *mp.Comm, buf *mem, iters int) (time.Duration, float64, error) {
 	if err := mp.Barrier(c); err != nil {
 		return 0, 0, err
 	}
-	warm := min(iters/10+1, 100)
-	var start time.Time
-	var ms runtime.MemStats
-	var mallocs uint64
-	for i := -warm; i < iters; i++ {
-		if i == 0 {
-			runtime.ReadMemStats(&ms)
-			mallocs = ms.Mallocs
-			start = time.Now()
-		}
+	roundTrip := func() error {
 		switch c.Rank() {
 		case 0:
 			if err := buf.send(c, 1, 1); err != nil {
-				return 0, 0, err
+				return err
 			}
-			if err := buf.recv(c, 1, 1); err != nil {
-				return 0, 0, err
-			}
+			return buf.recv(c, 1, 1)
 		case 1:
 			if err := buf.recv(c, 0, 1); err != nil {
-				return 0, 0, err
+				return err
 			}
-			if err := buf.send(c, 0, 1); err != nil {
-				return 0, 0, err
-			}
+			return buf.send(c, 0, 1)
+		}
+		return nil
+	}
+	warm := min(iters/10+1, 100)
+	start := time.Now()
+	for range warm {
+		if err := roundTrip(); err != nil {
+			return 0, 0, err
+		}
+	}
+	n := []int64{int64(iters)}
+	switch c.Rank() {
+	case 0:
+		per := time.Since(start) / time.Duration(warm)
+		n[0] = min(n[0], max(10, int64(latencyBudget/max(per, 1))))
+		if err := mp.Send(c, n, 1, 5); err != nil {
+			return 0, 0, err
+		}
+	case 1:
+		if _, err := mp.Recv(c, n, 0, 5); err != nil {
+			return 0, 0, err
+		}
+	}
+	iters = int(n[0])
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	mallocs := ms.Mallocs
+	start = time.Now()
+	for range iters {
+		if err := roundTrip(); err != nil {
+			return 0, 0, err
 		}
 	}
 	d := time.Since(start) / time.Duration(2*iters)
