@@ -49,6 +49,7 @@ cd "$B"
 # group's time went).
 step bench-c-nonblocking 120 "${M[@]}" ./p2p -nonblocking
 step trace 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 ./pingpong -device -iters 200 -max 65536
+step trace-blocking 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 -x COURIER_NCCL_BLOCKING=1 ./pingpong -device -iters 200 -max 65536
 step cuda 300 env COURIER_REQUIRE_GPU=2 ./cuda.test -test.v -test.count=1
 step nccl 240 "${M[@]}" -x COURIER_REQUIRE_GPU=2 ./nccl.test -test.run '^TestGPU' -test.v -test.count=1 -test.timeout 230s
 step proctest-nccl-checked 200 "${M[@]}" -x COURIER_REQUIRE_GPU=2 -x COURIER_BACKEND=nccl -x COURIER_CHECK=1 \
@@ -87,7 +88,7 @@ step bench-c 150 "${M[@]}" ./p2p
 step bench-nccl-device 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -device -pattern stream "${sizes[@]}"
 step bench-c-again 150 "${M[@]}" ./p2p
 step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -pattern stream "${sizes[@]}"
-for f in bench-c-nonblocking trace bench-nccl-small bench-c bench-nccl-device bench-c-again bench-nccl-host; do
+for f in bench-c-nonblocking trace trace-blocking bench-nccl-small bench-c bench-nccl-device bench-c-again bench-nccl-host; do
 	[ -f "$LOG/$f.log" ] || continue
 	echo "== $f"
 	grep -E '^(#|kind|init|latency|bandwidth|courier nccl trace| +[0-9]+ +[0-9.]+ +[0-9.]+$)' "$LOG/$f.log"

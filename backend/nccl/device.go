@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -47,6 +48,66 @@ type device struct {
 	allTemps          []cuda.Slice[byte]
 	warm              cuda.Slice[byte] // 2N bytes: the connection buffers, then empty messages' tokens
 	stuck             atomic.Bool      // an abort did not return within abortBound
+	// blocking: the communicators are blocking ones
+	// (COURIER_NCCL_BLOCKING=1): a launch returns once the group is on the
+	// stream, and first contact is made by connectBlocking.
+	blocking bool
+}
+
+// connectBlocking makes the first contact on every channel of blocking
+// communicators: a one-byte send to each other rank and a one-byte
+// receive from each, each on a goroutine of its own (the first operation
+// on a blocking channel returns only once its peer has posted the other
+// side), then waits for every channel's stream. Bounded by ctx; what is
+// still blocked when it ends is left (a blocking call cannot be aborted).
+func (d *device) connectBlocking(ctx context.Context, rank, size int) error {
+	errc := make(chan error, 2*size)
+	n := 0
+	base := d.warm.Ptr()
+	for p := range size {
+		if p == rank {
+			continue
+		}
+		for _, recv := range []bool{false, true} {
+			ch, ptr := sendChan(p), base
+			if recv {
+				ch, ptr = recvChan(p), base+uintptr(1+p)
+			}
+			n++
+			go func() {
+				var ops cOps
+				ops.add(ptr, 1, channelPeer(ch), ncclUint8, recv)
+				_, err := d.lib.group(d.hooks, d.comms[ch], d.streams[ch].Handle(), ops)
+				for delay := time.Microsecond; err == nil; delay = min(2*delay, time.Millisecond) {
+					var done bool
+					if done, err = d.streams[ch].Query(); done || err != nil {
+						break
+					}
+					if ctx.Err() != nil {
+						err = ctx.Err()
+						break
+					}
+					time.Sleep(delay)
+				}
+				if err != nil {
+					err = fmt.Errorf("nccl: connecting the channel %s rank %d: %w", dirWord(ch%2), p, err)
+				}
+				errc <- err
+			}()
+		}
+	}
+	var errs []error
+	for range n {
+		select {
+		case err := <-errc:
+			if err != nil {
+				errs = append(errs, err)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("nccl: connecting the ranks (a one-byte message on every channel) did not finish: %w", ctx.Err())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // drain waits for stream s to finish its work, at most abortBound (after

@@ -50,18 +50,26 @@ func TestFakeGPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("building the fake: %v\n%s", err, out)
 	}
-	args := []string{"-test.run=^TestFakeGPUChild", "-test.count=1", "-test.timeout=10m"}
-	if testing.Verbose() {
-		args = append(args, "-test.v")
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=")
-	out, err = cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the child: %v\n%s", err, out)
-	}
-	if testing.Verbose() {
-		t.Logf("the child:\n%s", out)
+	// Every child test with non-blocking communicators (the default); the
+	// device, allocation and benchmark tests again with blocking ones.
+	for _, run := range []struct{ tests, blocking string }{
+		{"^TestFakeGPUChild", ""},
+		{"^TestFakeGPUChild(Device|Allocs|Bench)$", "1"},
+	} {
+		args := []string{"-test.run=" + run.tests, "-test.count=1", "-test.timeout=10m"}
+		if testing.Verbose() {
+			args = append(args, "-test.v")
+		}
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=",
+			BlockingEnv+"="+run.blocking)
+		out, err = cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the child (%s=%q): %v\n%s", BlockingEnv, run.blocking, err, out)
+		}
+		if testing.Verbose() {
+			t.Logf("the child (%s=%q):\n%s", BlockingEnv, run.blocking, out)
+		}
 	}
 }
 

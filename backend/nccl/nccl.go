@@ -76,6 +76,13 @@ const (
 	// DeviceEnv names the variable that picks the GPU (an ordinal),
 	// instead of the local rank.
 	DeviceEnv = "COURIER_DEVICE"
+	// BlockingEnv names the variable that, set to 1, makes the channels
+	// blocking NCCL communicators instead of non-blocking ones: a group
+	// is launched in the calling thread rather than by a thread NCCL
+	// starts for it, and communicator creation cannot be aborted (Open
+	// still gives up when its context ends). An experiment, for now: see
+	// docs/benchmarks.md.
+	BlockingEnv = "COURIER_NCCL_BLOCKING"
 	// minVersion is the oldest NCCL the backend works with:
 	// non-blocking communicators and ncclCommFinalize came in 2.14.
 	minVersion = 21400
@@ -359,8 +366,9 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 
 	eng := &device{
 		lib: lo.lib, hooks: lo.hooks, dev: lo.dev,
-		comms:   make([]uintptr, 2*job.Size),
-		streams: make([]*cuda.Stream, 2*job.Size),
+		blocking: strings.TrimSpace(cfg.Getenv(BlockingEnv)) == "1",
+		comms:    make([]uintptr, 2*job.Size),
+		streams:  make([]*cuda.Stream, 2*job.Size),
 	}
 	fail := func(err error, ctl *control) (backend.Conn, error) {
 		if ctl != nil { // the others first: an abort may wait for its peer's
@@ -404,11 +412,15 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		eng: eng, ctl: ctl, trace: tr,
 	})
 	base := eng.warm.Ptr()
-	err = c.connectAll(ctx, func(p int) (send, recv op) {
-		send = op{peer: p, typ: backend.Uint8, count: 1, addr: base}
-		recv = op{peer: p, recv: true, typ: backend.Uint8, count: 1, addr: base + uintptr(1+p)}
-		return send, recv
-	})
+	if eng.blocking {
+		err = eng.connectBlocking(ctx, job.Rank, job.Size)
+	} else {
+		err = c.connectAll(ctx, func(p int) (send, recv op) {
+			send = op{peer: p, typ: backend.Uint8, count: 1, addr: base}
+			recv = op{peer: p, recv: true, typ: backend.Uint8, count: 1, addr: base + uintptr(1+p)}
+			return send, recv
+		})
+	}
 	if err != nil {
 		c.Abort(err)
 		c.Close()
@@ -424,6 +436,9 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 // until all are ready. If ctx ends first (a rank never came, or failed on
 // its way), the caller aborts them.
 func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) error {
+	if d.blocking {
+		return initBlocking(ctx, d, rank, size, hellos)
+	}
 	for p := range size {
 		if p == rank {
 			continue
@@ -435,7 +450,7 @@ func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) e
 			{sendChan(p), 0, hellos[rank].ids[p]},
 			{recvChan(p), 1, hellos[p].ids[rank]},
 		} {
-			comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id)
+			comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id, false)
 			d.comms[c.ch] = comm
 			if err != nil {
 				return fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(c.nrank), p, err)
@@ -466,6 +481,53 @@ func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) e
 		case <-time.After(delay):
 		}
 	}
+}
+
+// initBlocking is initComms with blocking communicators
+// (COURIER_NCCL_BLOCKING=1): each one's ncclCommInitRankConfig returns only
+// when the peer has joined it, so each runs on a goroutine (and thread) of
+// its own, all at once. If ctx ends first, Open fails and the calls still
+// blocked are left to finish or not (a blocking init cannot be aborted).
+func initBlocking(ctx context.Context, d *device, rank, size int, hellos []hello) error {
+	type result struct {
+		ch   int
+		comm uintptr
+		err  error
+	}
+	results := make(chan result, 2*size)
+	n := 0
+	for p := range size {
+		if p == rank {
+			continue
+		}
+		for _, c := range []struct {
+			ch, nrank int
+			id        [idBytes]byte
+		}{
+			{sendChan(p), 0, hellos[rank].ids[p]},
+			{recvChan(p), 1, hellos[p].ids[rank]},
+		} {
+			n++
+			go func() {
+				comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id, true)
+				results <- result{c.ch, comm, err}
+			}()
+		}
+	}
+	var errs []error
+	for range n {
+		select {
+		case r := <-results:
+			d.comms[r.ch] = r.comm
+			if r.err != nil {
+				errs = append(errs, fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(r.ch%2), chanPeer(r.ch), r.err))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("nccl: ncclCommInitRankConfig (blocking, rank %d of %d on %v) did not finish: did every rank start, on its own GPU? %w",
+				rank, size, d.dev, ctx.Err())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // dirWord names a channel's direction from this rank: to (0) or from (1).

@@ -184,19 +184,19 @@ static ncclResult_t courier_nccl_unique_id(courier_nccl_lib *l, void *out) {
 	return r;
 }
 
-// courier_nccl_init creates a non-blocking communicator on the device of
-// d. Only .size, .magic, .version and .blocking of the configuration are
+// courier_nccl_init creates a communicator on the device of d,
+// non-blocking unless blocking is 1. Only .size, .magic, .version and .blocking of the configuration are
 // set; every other field is left undefined as NCCL_CONFIG_INITIALIZER
 // leaves it (NCCL_CONFIG_UNDEF_INT, or NULL for the pointers), so NCCL
 // picks its defaults and honours its environment variables.
 static ncclResult_t courier_nccl_init(courier_nccl_lib *l, const courier_nccl_dev *d,
-		uintptr_t *comm, int nranks, const void *idbytes, int rank, int *cu) {
+		uintptr_t *comm, int nranks, const void *idbytes, int rank, int blocking, int *cu) {
 	courier_nccl_config cfg;
 	memset(&cfg, 0, sizeof cfg);
 	cfg.size = sizeof cfg;
 	cfg.magic = COURIER_NCCL_API_MAGIC;
 	cfg.version = COURIER_NCCL_CONFIG_VERSION;
-	cfg.blocking = 0;
+	cfg.blocking = blocking;
 	cfg.cgaClusterSize = COURIER_NCCL_UNDEF_INT;
 	cfg.minCTAs = COURIER_NCCL_UNDEF_INT;
 	cfg.maxCTAs = COURIER_NCCL_UNDEF_INT;
@@ -454,10 +454,17 @@ func (l *library) uniqueID() ([idBytes]byte, error) {
 // on the device of h. It returns the communicator as soon as NCCL does:
 // its initialization then goes on in NCCL's threads until asyncError stops
 // saying ncclInProgress.
-func (l *library) initComm(h *devHooks, nranks, rank int, id [idBytes]byte) (uintptr, error) {
+//
+// With blocking set, the communicator is a blocking one, and initComm
+// returns only once it is ready (every rank of it has joined).
+func (l *library) initComm(h *devHooks, nranks, rank int, id [idBytes]byte, blocking bool) (uintptr, error) {
 	var comm C.uintptr_t
 	var cu C.int
-	r := C.courier_nccl_init(l.c, &h.c, &comm, C.int(nranks), unsafe.Pointer(&id[0]), C.int(rank), &cu)
+	b := C.int(0)
+	if blocking {
+		b = 1
+	}
+	r := C.courier_nccl_init(l.c, &h.c, &comm, C.int(nranks), unsafe.Pointer(&id[0]), C.int(rank), b, &cu)
 	if r == ncclInProgress {
 		return uintptr(comm), nil
 	}

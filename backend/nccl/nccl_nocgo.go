@@ -43,7 +43,7 @@ type devHooks struct{}
 func newDevHooks(cuda.Device) (*devHooks, error) { return nil, errNoCgo() }
 
 func (l *library) uniqueID() ([idBytes]byte, error) { return [idBytes]byte{}, errNoCgo() }
-func (l *library) initComm(*devHooks, int, int, [idBytes]byte) (uintptr, error) {
+func (l *library) initComm(*devHooks, int, int, [idBytes]byte, bool) (uintptr, error) {
 	return 0, errNoCgo()
 }
 func (l *library) asyncState(uintptr) (bool, error)                         { return false, errNoCgo() }

@@ -17,13 +17,15 @@
 //   - calls that need a context fail without one, and a thread's context
 //     stack must be empty when a context is pushed;
 //   - ncclCommInitRankConfig checks the configuration's layout and values
-//     (size, magic, version 2.28.3, blocking 0, every other field unset),
+//     (size, magic, version 2.28.3, blocking 0 or 1, every other field unset),
 //     and that the unique ID it gets by value is one ncclGetUniqueId made;
-//   - communicators are non-blocking: initialization and every third
+//   - a non-blocking communicator's initialization and every third
 //     ncclGroupEnd answer ncclInProgress, and the group reaches the streams
 //     only when ncclCommGetAsyncError has been asked (twice); queueing
 //     anything on such a stream before then is an error the fake reports
-//     from then on (ncclInvalidUsage from every NCCL call);
+//     from then on (ncclInvalidUsage from every NCCL call); a blocking
+//     one's initialization returns once every rank has joined, and its
+//     groups reach the streams inside ncclGroupEnd;
 //   - a send or receive must lie in device memory of the communicator's
 //     device;
 //   - ncclCommFinalize completes only once every rank of the communicator
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef FAKE_NDEV
 #define FAKE_NDEV 4
@@ -213,6 +216,7 @@ struct comm {
 	int npending, pending_polls;
 	int finalize_polls, finalized, final_done;
 	int aborted;
+	int blocking;
 };
 
 static struct clique *cliques;
@@ -787,7 +791,7 @@ ncclResult_t ncclCommInitRankConfig(struct comm **out, int nranks, ncclUniqueId 
 	if (cur() == NULL) return bad(NCCL_INVALID_USAGE, "ncclCommInitRankConfig without a current CUDA context");
 	if (cfg == NULL || cfg->size != sizeof(fake_config) || cfg->magic != 0xcafebeef || cfg->version != 22803)
 		return bad(NCCL_INVALID_ARGUMENT, "config: size, magic or version wrong");
-	if (cfg->blocking != 0) return bad(NCCL_INVALID_ARGUMENT, "config: want a non-blocking communicator");
+	if (cfg->blocking != 0 && cfg->blocking != 1) return bad(NCCL_INVALID_ARGUMENT, "config: blocking is neither 0 nor 1");
 	const int *ints[] = {&cfg->cgaClusterSize, &cfg->minCTAs, &cfg->maxCTAs, &cfg->splitShare, &cfg->trafficClass,
 		&cfg->collnetEnable, &cfg->CTAPolicy, &cfg->shrinkShare, &cfg->nvlsCTAs, &cfg->nChannelsPerNetPeer,
 		&cfg->nvlinkCentricSched};
@@ -818,8 +822,21 @@ ncclResult_t ncclCommInitRankConfig(struct comm **out, int nranks, ncclUniqueId 
 	c->rank = rank;
 	c->dev = cur()->dev;
 	c->init_polls = 2;
+	c->blocking = cfg->blocking;
 	cl->ranks[rank] = c;
 	cl->joined++;
+	if (c->blocking) {
+		while (cl->joined < cl->nranks) {
+			UNLOCK();
+			struct timespec ts = {0, 100000};
+			nanosleep(&ts, NULL);
+			LOCK();
+		}
+		c->ready = 1;
+		UNLOCK();
+		*out = c;
+		return NCCL_OK;
+	}
 	UNLOCK();
 	*out = c;
 	return NCCL_IN_PROGRESS;
@@ -936,7 +953,7 @@ ncclResult_t ncclGroupEnd(void) {
 	c->npending = group_n;
 	group_n = 0;
 	ncclResult_t r = NCCL_OK;
-	if (++group_ends % 3 == 0) {
+	if (!c->blocking && ++group_ends % 3 == 0) {
 		c->pending_polls = 2;
 		r = NCCL_IN_PROGRESS;
 	} else {
