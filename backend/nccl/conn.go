@@ -37,6 +37,12 @@ const (
 	// asyncCheckEvery is how often a channel with work on the GPU asks
 	// NCCL for an asynchronous error while nothing is being launched.
 	asyncCheckEvery = 200 * time.Microsecond
+	// stageCap bounds the host memory a channel stages at once (pinned
+	// and device copies of host buffers): a flush of many large host
+	// messages issues them in groups of about this much, each once the
+	// earlier ones are done, instead of all at once. A single larger
+	// message still goes, alone.
+	stageCap = 256 << 20
 )
 
 // conn is one rank's endpoint of an NCCL communicator: it implements
@@ -113,6 +119,8 @@ type conn struct {
 
 	trace *traceStats // timings of every group, when COURIER_NCCL_TRACE is set
 
+	stageCap int64 // stageCap, but for tests
+
 	wake      chan struct{} // wakes the progress goroutine
 	stop      chan struct{} // closed by Close: goroutines end
 	wg        sync.WaitGroup
@@ -186,6 +194,7 @@ func newConn(o connOptions) *conn {
 		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		trace:      o.trace,
+		stageCap:   stageCap,
 	}
 	c.wg.Add(1)
 	go c.run()
@@ -484,6 +493,13 @@ func (c *conn) issueLocked() {
 				c.pick[ch] = g
 			}
 		}
+		if c.flushState[ch] == open && r.buf.Mem == backend.Host && r.buf.Len() > 0 {
+			// Host memory is staged: past stageCap bytes of it on the
+			// channel, the rest waits until earlier groups are done.
+			if cur := c.stagedLocked(ch) + c.pick[ch].staged; cur > 0 && cur+r.buf.Len() > c.stageCap {
+				c.flushState[ch] = blocked
+			}
+		}
 		if c.flushState[ch] == blocked {
 			c.queue[kept] = r
 			kept++
@@ -511,6 +527,16 @@ func (c *conn) issueLocked() {
 	c.touched = c.touched[:0]
 }
 
+// stagedLocked returns the bytes of host memory staged for the groups of
+// channel ch on the GPU.
+func (c *conn) stagedLocked(ch int) int64 {
+	var n int64
+	for _, g := range c.chans[ch].inflight {
+		n += g.staged
+	}
+	return n
+}
+
 // prepareLocked adds the op of queued request r to g, and sets the status
 // it will complete with.
 func (c *conn) prepareLocked(r *request, g *group) {
@@ -532,6 +558,9 @@ func (c *conn) prepareLocked(r *request, g *group) {
 		// receive (a receive must not complete before the send was
 		// posted): it moves a one-byte token.
 		o.token, o.typ, o.count = true, backend.Uint8, 1
+	}
+	if r.buf.Mem == backend.Host {
+		g.staged += o.bytes()
 	}
 	g.ops = append(g.ops, o)
 }

@@ -135,6 +135,9 @@ type group struct {
 	sealed bool
 	// res is the engine's per-group state (event, staging memory).
 	res any
+	// staged is the size of the host buffers of its operations (staged
+	// through the engine's memory).
+	staged int64
 	// t0, t1, t2: when launch began and returned, and when the group was
 	// sealed (only with COURIER_NCCL_TRACE).
 	t0, t1, t2 time.Time
@@ -144,6 +147,6 @@ type group struct {
 func (g *group) reset() {
 	clear(g.ops)
 	g.ops = g.ops[:0]
-	g.ch, g.launching, g.sealed, g.res = 0, false, false, nil
+	g.ch, g.launching, g.sealed, g.res, g.staged = 0, false, false, nil, 0
 	g.t0, g.t1, g.t2 = time.Time{}, time.Time{}, time.Time{}
 }

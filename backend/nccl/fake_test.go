@@ -152,6 +152,7 @@ type fakeEngine struct {
 	settleLeft map[int]int       // by channel
 	aborted    map[int]bool      // by channel
 	closed     bool
+	maxStaged  int64 // the most host memory one group staged
 }
 
 var errFakeAborted = errors.New("fake nccl: the communicator was aborted")
@@ -197,6 +198,7 @@ func (e *fakeEngine) launch(g *group) (bool, error) {
 	}
 	g.res = fg
 	e.streams[g.ch] = append(e.streams[g.ch], fg)
+	e.maxStaged = max(e.maxStaged, g.staged)
 	f.launches++
 	every := f.inProgressEvery
 	if every == 0 {

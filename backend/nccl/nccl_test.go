@@ -659,3 +659,51 @@ func TestMain(m *testing.M) {
 	closeGPUJob()
 	os.Exit(code)
 }
+
+// TestStagingIsBounded: many host messages posted at once go to NCCL in
+// groups of at most stageCap bytes of host memory, each issued once the
+// earlier ones are done, and all arrive.
+func TestStagingIsBounded(t *testing.T) {
+	cs, f := fakeJob(t, 2, false)
+	const n, size = 8, 300 << 10
+	for _, c := range cs {
+		c.stageCap = 1 << 20
+	}
+	ranks(cs, func(r int, c *conn) {
+		reqs := make([]backend.Request, n)
+		bufs := make([][]byte, n)
+		for i := range reqs {
+			bufs[i] = make([]byte, size)
+			if r == 0 {
+				for j := range bufs[i] {
+					bufs[i][j] = byte(i + j)
+				}
+				reqs[i] = isend(t, c, bufOf(bufs[i], backend.Uint8), 1, 0)
+			} else {
+				reqs[i] = irecv(t, c, bufOf(bufs[i], backend.Uint8), 0, 0)
+			}
+		}
+		for i, q := range reqs {
+			if _, err := q.Wait(testWait); err != nil {
+				t.Errorf("rank %d: message %d: %v", r, i, err)
+			}
+			q.Release()
+		}
+		if r == 1 {
+			for i := range bufs {
+				for j, b := range bufs[i] {
+					if b != byte(i+j) {
+						t.Fatalf("message %d, byte %d: %d", i, j, b)
+					}
+				}
+			}
+		}
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for r, e := range f.engines {
+		if e.maxStaged > 1<<20 || e.maxStaged < size {
+			t.Errorf("rank %d: a group staged %d bytes (cap %d, message %d)", r, e.maxStaged, 1<<20, size)
+		}
+	}
+}
