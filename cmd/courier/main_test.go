@@ -96,7 +96,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "-reps", "0"}, "usage: courier bench"},
 		{[]string{"bench", "-lat", "1,x"}, `bad size "x"`},
 		{[]string{"bench", "extra"}, "usage: courier bench"},
-		{[]string{"info"}, `courier: unknown command "info"`},
+		{[]string{"info", "extra"}, "usage: courier info"},
 		{[]string{"run"}, "courier run: -np N is required"},
 		{[]string{"run", "true"}, "courier run: -np N is required"},
 		{[]string{"run", "-np", "0", "true"}, "courier run: -np N is required"},
@@ -299,5 +299,32 @@ func TestBench(t *testing.T) {
 	}
 	if code, _, stderr := courier(t, "bench", "-pattern", "nope"); code != 2 || !strings.Contains(stderr, `unknown pattern "nope"`) {
 		t.Errorf("a bad pattern: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestInfo: courier info reports the launcher, every backend with whether
+// it can run here, the backend auto picks, CUDA and NCCL (here: the
+// reasons they are missing, or what they are).
+func TestInfo(t *testing.T) {
+	t.Setenv("COURIER_RANK", "")
+	t.Setenv("COURIER_SIZE", "")
+	t.Setenv("COURIER_BACKEND", "")
+	code, stdout, _ := courier(t, "info")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"launcher: none", "backend tcp: available", "backend nccl: ", `COURIER_BACKEND="" picks `, "\ncuda: ", "\nnccl: "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	t.Setenv("COURIER_RANK", "2")
+	t.Setenv("COURIER_SIZE", "4")
+	t.Setenv("COURIER_ADDR", "127.0.0.1:1")
+	if _, stdout, _ := courier(t, "info"); !strings.Contains(stdout, "launcher: manual, rank 2 of 4") {
+		t.Errorf("under a manual launch: %q", stdout)
+	}
+	if code, _, _ := courier(t, "info", "extra"); code != 2 {
+		t.Errorf("info with an argument: exit %d, want 2", code)
 	}
 }
