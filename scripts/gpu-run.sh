@@ -43,6 +43,7 @@ CUDA=${CUDA_HOME:-/usr/local/cuda}
 step p2p-build 120 mpicc -O2 -o "$B/p2p" bench/nccl/p2p.c -I"$CUDA/include" -L"$CUDA/lib64" -lcudart -lnccl
 
 cd "$B"
+step info 30 "${M[@]}" ./courier info
 # Where the NCCL backend's time goes, first: the C program with a
 # non-blocking communicator polled as courier polls it, and courier's
 # ping-pong with COURIER_NCCL_TRACE=1 (each rank prints at Close where each
@@ -88,10 +89,10 @@ step bench-c 150 "${M[@]}" ./p2p
 step bench-nccl-device 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -device -pattern stream "${sizes[@]}"
 step bench-c-again 150 "${M[@]}" ./p2p
 step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -pattern stream "${sizes[@]}"
-for f in bench-c-nonblocking trace trace-blocking bench-nccl-small bench-c bench-nccl-device bench-c-again bench-nccl-host; do
+for f in info bench-c-nonblocking trace trace-blocking bench-nccl-small bench-c bench-nccl-device bench-c-again bench-nccl-host; do
 	[ -f "$LOG/$f.log" ] || continue
 	echo "== $f"
-	grep -E '^(#|kind|init|latency|bandwidth|courier nccl trace| +[0-9]+ +[0-9.]+ +[0-9.]+$)' "$LOG/$f.log"
+	grep -E '^(#|kind|init|latency|bandwidth|courier nccl trace| +[0-9]+ +[0-9.]+ +[0-9.]+$|launcher|backend|COURIER|cuda|nccl| +cuda:)' "$LOG/$f.log"
 done
 
 if [ ${#failed[@]} -gt 0 ]; then
