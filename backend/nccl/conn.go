@@ -30,9 +30,13 @@ const (
 	// receive completes on its own.
 	lostGrace = 500 * time.Millisecond
 	// abortBound is how long an ncclCommAbort may take before courier
-	// stops waiting for it (it goes on in the background). NCCL's abort
-	// of a communicator whose peer is alive can wait for the peer to abort
-	// its side too; courier tells the peer first, so that it does.
+	// stops waiting for it (it goes on in the background). An abort frees
+	// the communicator's device memory, and freeing device memory waits
+	// for every kernel on the GPU, including another channel's receive
+	// that waits for a peer (measured: an abort of one channel hung while
+	// the other channel's receive was pending). So courier aborts the
+	// channels that must go at once, each on a thread of its own, and
+	// tells the peers first, so that they abort their side.
 	abortBound = 10 * time.Second
 	// asyncCheckEvery is how often a channel with work on the GPU asks
 	// NCCL for an asynchronous error while nothing is being launched.
@@ -892,9 +896,9 @@ func (c *conn) Pending() []backend.OpInfo {
 }
 
 // Abort implements backend.Conn: every pending and future operation ends
-// with err, the other ranks learn that this rank is gone (first: an NCCL
-// communicator's abort may wait for its peer's), and every channel is
-// aborted (ncclCommAbort, all at once, each bounded by abortBound). When
+// with err, the other ranks learn that this rank is gone (first, so that
+// they abort their side of the channels), and every channel is aborted
+// (ncclCommAbort, all at once, each bounded by abortBound). When
 // Abort returns, the GPU no longer uses the buffers of pending operations
 // (unless an abort did not return in time; their requests say so).
 func (c *conn) Abort(err error) {
