@@ -50,4 +50,19 @@
 //
 // Message calls take no context.Context: to stop work from another
 // goroutine, select on req.Done() beside ctx.Done() and call comm.Abort.
+//
+// # GPUs
+//
+// A cuda.Slice (device memory from cuda.Alloc, on the GPU Comm.Device
+// names) goes wherever a slice goes. With COURIER_BACKEND=nccl device
+// buffers move without a copy and host buffers are staged through pinned
+// memory; on tcp, device buffers are staged through host memory: one
+// program, either backend, the same results. On nccl a receive must name
+// its source and tag (AnySource and AnyTag are ErrNotSupported), messages
+// from one rank arrive in the order they were sent whatever their tags,
+// and COURIER_CHECK=1 makes the receiver compare each message's tag, type
+// and count with the sender's before the data moves (a mismatch is an
+// error naming both ranks). Request.WaitOn makes a CUDA stream wait for an
+// operation on the GPU; IsendOnStream and IrecvOnStream order a message on
+// a stream, as if it were a kernel queued there.
 package mp
