@@ -1,0 +1,82 @@
+package mp_test
+
+import (
+	"context"
+	"log"
+
+	"github.com/courier-mp/courier/cuda"
+	"github.com/courier-mp/courier/mp"
+)
+
+// A receive into device memory that a CUDA stream waits for on the GPU: the
+// copy queued after WaitOn runs once the message is there, and the CPU only
+// waits at the end. (Not run here: it needs GPUs and a launcher, e.g.
+// mpirun -np 2 with COURIER_BACKEND=nccl.)
+func ExampleRequest_WaitOn() {
+	comm, err := mp.Init(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer comm.Close()
+	dev, err := comm.Device()
+	if err != nil {
+		log.Fatal(err)
+	}
+	const n = 1 << 20
+	in, _ := cuda.Alloc[float32](dev, n)
+	out, _ := cuda.Alloc[float32](dev, n)
+	defer in.Free()
+	defer out.Free()
+	s, err := cuda.NewStream(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Destroy()
+
+	peer := 1 - comm.Rank()
+	if comm.Rank() == 0 {
+		if err := mp.Send(comm, in, peer, 0); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	q := mp.Irecv(comm, in, peer, 0)
+	if err := q.WaitOn(s); err != nil { // the stream waits; the CPU does not
+		log.Fatal(err)
+	}
+	cuda.CopyDeviceAsync(out, in, s) // runs after the message has arrived
+	if _, err := q.Wait(); err != nil {
+		log.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A message ordered on a stream, as a kernel would be: the send starts
+// after the work queued on s before it, and what is queued after it runs
+// once the buffer may be overwritten. (Not run here: it needs GPUs.)
+func ExampleIsendOnStream() {
+	comm, err := mp.Init(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer comm.Close()
+	dev, _ := comm.Device()
+	buf, _ := cuda.Alloc[float64](dev, 4096)
+	defer buf.Free()
+	s, _ := cuda.NewStream(dev)
+	defer s.Destroy()
+
+	cuda.MemsetAsync(buf, 0, s) // produce the data on the stream
+	var q *mp.Request
+	if comm.Rank() == 0 {
+		q = mp.IsendOnStream(comm, buf, 1, 0, s)
+	} else {
+		q = mp.IrecvOnStream(comm, buf, 0, 0, s)
+	}
+	// ... queue more work on s: it runs after the transfer ...
+	if _, err := q.Wait(); err != nil {
+		log.Fatal(err)
+	}
+}
