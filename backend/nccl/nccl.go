@@ -336,12 +336,21 @@ func decodeHello(k, size int, b []byte) (hello, error) {
 // and connect every channel with a one-byte message.
 func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
 	openStart := time.Now()
+	traced := cfg.Getenv("COURIER_NCCL_TRACE") != ""
+	// phase prints how long Open has taken when COURIER_NCCL_TRACE is set.
+	phase := func(what string) {
+		if traced {
+			fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: Open: %s after %v\n", cfg.Job.Rank, what, time.Since(openStart))
+		}
+	}
 	job := cfg.Job
 	if job.Size < 1 || job.Rank < 0 || job.Rank >= job.Size {
 		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, job.Rank, job.Size)
 	}
 	lo, lerr := setupLocal(cfg)
+	phase("CUDA and NCCL loaded, GPU set up")
 	all, err := cfg.Exchange.AllGather(ctx, encodeHello(lo, lerr))
+	phase("the unique IDs exchanged")
 	if lerr != nil {
 		return nil, lerr
 	}
@@ -398,14 +407,15 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		if ctl, err = openControl(ctx, cfg); err != nil {
 			return fail(err, nil)
 		}
+		phase("the host connection open")
 		if err = initComms(ctx, eng, job.Rank, job.Size, hellos); err != nil {
 			return fail(err, ctl)
 		}
+		phase("the NCCL communicators made")
 	}
 	var tr *traceStats
-	if cfg.Getenv("COURIER_NCCL_TRACE") != "" {
+	if traced {
 		tr = &traceStats{}
-		fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: Open: until the communicators were made %v\n", job.Rank, time.Since(openStart))
 	}
 	c := newConn(connOptions{
 		rank: job.Rank, size: job.Size, dev: int(lo.dev), check: cfg.Check,
@@ -426,6 +436,7 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		c.Close()
 		return nil, err
 	}
+	phase("every channel connected")
 	return c, nil
 }
 
