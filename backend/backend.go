@@ -185,3 +185,13 @@ type Availability interface {
 	// an error matching ErrNotSupported that says why not.
 	Available() error
 }
+
+// Prober is implemented by connections that can report a message that has
+// arrived (or been announced) before a receive takes it, as MPI_Iprobe.
+// Iprobe reports, without blocking, whether a message from source (or
+// AnySource) with tag (or AnyTag) is waiting, and its status: the count is
+// in elements of the type it was sent as. The message stays for a receive.
+// A connection that cannot know returns an error matching ErrNotSupported.
+type Prober interface {
+	Iprobe(source, tag int) (found bool, st Status, err error)
+}

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"fmt"
 	"slices"
 	"unsafe"
 
@@ -267,4 +268,51 @@ func (pe *peer) pendingRecvs(out []backend.OpInfo) []backend.OpInfo {
 		}
 	}
 	return out
+}
+
+// Iprobe implements backend.Prober. Only with checks does a rank know what
+// is on its channels before it takes it (the envelopes): without them, and
+// for AnySource and AnyTag, it returns ErrNotSupported. It reports the
+// oldest message from source with tag that no receive has matched: to
+// this rank itself, one sent and not yet taken; from another, one whose
+// envelope has come.
+func (c *conn) Iprobe(source, tag int) (bool, backend.Status, error) {
+	if source == backend.AnySource || tag == backend.AnyTag {
+		return false, backend.Status{}, fmt.Errorf("%w: the nccl backend cannot probe for AnySource or AnyTag", backend.ErrNotSupported)
+	}
+	if source < 0 || source >= c.size {
+		return false, backend.Status{}, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, source, c.size)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fatal != nil {
+		return false, backend.Status{}, c.fatal
+	}
+	if source == c.rank {
+		for _, m := range c.self.msgs {
+			if m.tag == tag {
+				return true, backend.Status{Source: c.rank, Tag: tag, Count: m.count}, nil
+			}
+		}
+		return false, backend.Status{}, nil
+	}
+	if !c.check {
+		return false, backend.Status{}, fmt.Errorf("%w: probing a message on the nccl backend needs COURIER_CHECK=1 (without it NCCL carries no envelope, so nothing is known of a message before it is received)",
+			backend.ErrNotSupported)
+	}
+	p := &c.peers[source]
+	for _, l := range [][]*inMsg{p.early, p.msgs} { // early ones came first
+		for _, m := range l {
+			if m.r == nil && int(m.env.tag) == tag {
+				return true, backend.Status{Source: source, Tag: tag, Count: m.env.count}, nil
+			}
+		}
+	}
+	if err := c.chans[recvChan(source)].err; err != nil {
+		return false, backend.Status{}, err
+	}
+	if p.lost != nil {
+		return false, backend.Status{}, p.lost
+	}
+	return false, backend.Status{}, nil
 }

@@ -707,3 +707,65 @@ func TestStagingIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestIprobe: with checks, a message is known by its envelope before it is
+// received (and stays for the receive); to oneself always; without checks
+// or with wildcards, ErrNotSupported.
+func TestIprobe(t *testing.T) {
+	cs, _ := fakeJob(t, 2, true)
+	msg := make([]int32, 1234)
+	s := isend(t, cs[0], i32s(msg), 1, 7)
+	s.Test() // hands the send to NCCL (an Isend is issued at the next wait or test)
+	deadline := time.Now().Add(testWait)
+	for {
+		found, st, err := cs[1].Iprobe(0, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found {
+			if st != (backend.Status{Source: 0, Tag: 7, Count: 1234}) {
+				t.Errorf("status %+v", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the envelope never came")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if found, _, _ := cs[1].Iprobe(0, 8); found {
+		t.Error("found a message with another tag")
+	}
+	q := irecv(t, cs[1], i32s(make([]int32, 1234)), 0, 7)
+	if _, err := q.Wait(testWait); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(testWait); err != nil {
+		t.Fatal(err)
+	}
+	if found, _, _ := cs[1].Iprobe(0, 7); found {
+		t.Error("the received message is still found")
+	}
+	self := isend(t, cs[0], i32s(make([]int32, 3)), 0, 2)
+	if found, st, err := cs[0].Iprobe(0, 2); !found || err != nil || st.Count != 3 {
+		t.Errorf("probe of a message to oneself: %v %+v %v", found, st, err)
+	}
+	irecvDone(t, cs[0], 0, 2, 3)
+	self.Wait(testWait)
+	if _, _, err := cs[1].Iprobe(backend.AnySource, 7); !errors.Is(err, backend.ErrNotSupported) {
+		t.Errorf("AnySource: %v", err)
+	}
+	un, _ := fakeJob(t, 2, false)
+	if _, _, err := un[1].Iprobe(0, 7); !errors.Is(err, backend.ErrNotSupported) {
+		t.Errorf("without checks: %v", err)
+	}
+}
+
+// irecvDone receives n int32s from peer with tag on c and waits.
+func irecvDone(t *testing.T, c *conn, peer, tag, n int) {
+	t.Helper()
+	q := irecv(t, c, i32s(make([]int32, n)), peer, tag)
+	if _, err := q.Wait(testWait); err != nil {
+		t.Fatal(err)
+	}
+}

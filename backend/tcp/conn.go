@@ -426,3 +426,26 @@ func (c *conn) Abort(err error) {
 // aborted or whose process vanished: everything that rank sent before it
 // closed was delivered. Its text completes "rank N ...".
 var ErrPeerClosed = errors.New("closed its communicator")
+
+// Iprobe implements backend.Prober: the oldest message that arrived from
+// source with tag and that no receive has taken. A message from a rank
+// that is gone is still reported; when none is waiting, a probe of that
+// rank fails with why it is gone.
+func (c *conn) Iprobe(source, tag int) (bool, backend.Status, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fatal != nil {
+		return false, backend.Status{}, c.fatal
+	}
+	for _, m := range c.unexpected {
+		if m.recv == nil && matches(source, tag, m.src, m.tag) {
+			return true, backend.Status{Source: m.src, Tag: m.tag, Count: m.count}, nil
+		}
+	}
+	if source >= 0 && source < c.size && source != c.rank {
+		if err := c.usable(c.peers[source]); err != nil {
+			return false, backend.Status{}, err
+		}
+	}
+	return false, backend.Status{}, nil
+}
