@@ -450,22 +450,11 @@ func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) e
 	if d.blocking {
 		return initBlocking(ctx, d, rank, size, hellos)
 	}
-	for p := range size {
-		if p == rank {
-			continue
-		}
-		for _, c := range []struct {
-			ch, nrank int
-			id        [idBytes]byte
-		}{
-			{sendChan(p), 0, hellos[rank].ids[p]},
-			{recvChan(p), 1, hellos[p].ids[rank]},
-		} {
-			comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id, false)
-			d.comms[c.ch] = comm
-			if err != nil {
-				return fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(c.nrank), p, err)
-			}
+	for _, c := range channelSpecs(rank, size, hellos) {
+		comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id, false)
+		d.comms[c.ch] = comm
+		if err != nil {
+			return fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(c.nrank), chanPeer(c.ch), err)
 		}
 	}
 	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
@@ -506,25 +495,14 @@ func initBlocking(ctx context.Context, d *device, rank, size int, hellos []hello
 		err  error
 	}
 	results := make(chan result, 2*size)
-	n := 0
-	for p := range size {
-		if p == rank {
-			continue
-		}
-		for _, c := range []struct {
-			ch, nrank int
-			id        [idBytes]byte
-		}{
-			{sendChan(p), 0, hellos[rank].ids[p]},
-			{recvChan(p), 1, hellos[p].ids[rank]},
-		} {
-			n++
-			go func() {
-				comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id, true)
-				results <- result{c.ch, comm, err}
-			}()
-		}
+	specs := channelSpecs(rank, size, hellos)
+	for _, c := range specs {
+		go func() {
+			comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id, true)
+			results <- result{c.ch, comm, err}
+		}()
 	}
+	n := len(specs)
 	var errs []error
 	for range n {
 		select {
@@ -539,6 +517,27 @@ func initBlocking(ctx context.Context, d *device, rank, size int, hellos []hello
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// channelSpec is what creating one channel's communicator takes: the
+// channel, this rank's NCCL rank in it (0 on its sends to a rank, 1 on its
+// receives from it), and the unique ID (the sender's).
+type channelSpec struct {
+	ch, nrank int
+	id        [idBytes]byte
+}
+
+// channelSpecs lists this rank's channels, two per other rank.
+func channelSpecs(rank, size int, hellos []hello) []channelSpec {
+	var out []channelSpec
+	for p := range size {
+		if p != rank {
+			out = append(out,
+				channelSpec{sendChan(p), 0, hellos[rank].ids[p]},
+				channelSpec{recvChan(p), 1, hellos[p].ids[rank]})
+		}
+	}
+	return out
 }
 
 // dirWord names a channel's direction from this rank: to (0) or from (1).
