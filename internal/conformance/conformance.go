@@ -78,6 +78,7 @@ func Cases() []Case {
 		messageCases(),
 		orderCases(),
 		wildcardCases(),
+		probeCases(),
 		selfCases(),
 		exchangeCases(),
 		requestCases(),
