@@ -5,6 +5,9 @@
 #
 #   bash scripts/gpu-run.sh [LOGDIR]      # default LOGDIR: gpu-build/logs
 #   ONLY='nccl|bench' bash scripts/gpu-run.sh   # only the steps whose names match
+#   TARBALL=/out/logs.tgz bash scripts/gpu-run.sh /tmp/logs
+#                                          # also keep every log in one tarball,
+#                                          # rewritten after each step
 #
 # Every step runs under a time limit and the script goes on after a
 # failure; it prints one line per step and ends with the failed ones (exit
@@ -30,7 +33,10 @@ step() {
 	local start=$SECONDS
 	timeout --kill-after=10 "$limit" "$@" >"$LOG/$name.log" 2>&1
 	local rc=$?
-	printf '%-28s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - start))
+	printf '%-28s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - start)) | tee -a "$LOG/steps.txt"
+	if [ -n "${TARBALL:-}" ]; then
+		tar czf "$TARBALL" -C "$LOG" . 2>/dev/null
+	fi
 	if [ "$rc" -ne 0 ]; then
 		failed+=("$name")
 	fi
