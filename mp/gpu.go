@@ -3,8 +3,6 @@ package mp
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/cuda"
@@ -50,25 +48,11 @@ func (c *Comm) Device() (cuda.Device, error) {
 	if n == 0 {
 		return 0, fmt.Errorf("%w: this host has no GPU", ErrNotSupported)
 	}
-	env := c.env
-	if env == nil {
-		env = func(string) string { return "" }
+	d, err := backend.PickDevice(backend.Config{Job: c.job, Env: c.env}, n)
+	if err != nil {
+		return 0, err
 	}
-	if s := strings.TrimSpace(env("COURIER_DEVICE")); s != "" {
-		d, err := strconv.Atoi(s)
-		if err != nil || d < 0 || d >= n {
-			return 0, invalidf("COURIER_DEVICE=%q: want a device ordinal in [0, %d)", s, n)
-		}
-		return cuda.Device(d), nil
-	}
-	lr := c.job.LocalRank
-	if lr < 0 {
-		lr = c.rank
-	}
-	if lr >= n {
-		return 0, invalidf("local rank %d, but this host has %d GPU(s): run at most one rank per GPU, or set COURIER_DEVICE", lr, n)
-	}
-	return cuda.Device(lr), nil
+	return cuda.Device(d), nil
 }
 
 // WaitOn makes the CUDA stream s wait for the operation: work queued on s

@@ -57,7 +57,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -75,7 +74,7 @@ const (
 	DefaultLibrary = "libnccl.so.2"
 	// DeviceEnv names the variable that picks the GPU (an ordinal),
 	// instead of the local rank.
-	DeviceEnv = "COURIER_DEVICE"
+	DeviceEnv = backend.DeviceEnv
 	// BlockingEnv names the variable that, set to 1, makes the channels
 	// blocking NCCL communicators instead of non-blocking ones: a group
 	// is launched in the calling thread rather than by a thread NCCL
@@ -188,25 +187,13 @@ func (Driver) Available() error {
 	return err
 }
 
-// pickDevice chooses this rank's GPU among n: $COURIER_DEVICE, else the
-// local rank (else the rank, when the launcher does not say).
+// pickDevice chooses this rank's GPU among n (backend.PickDevice).
 func pickDevice(cfg backend.Config, n int) (cuda.Device, error) {
-	if s := strings.TrimSpace(cfg.Getenv(DeviceEnv)); s != "" {
-		d, err := strconv.Atoi(s)
-		if err != nil || d < 0 || d >= n {
-			return 0, fmt.Errorf("nccl: %w: %s=%q: want a device ordinal in [0, %d)", backend.ErrInvalid, DeviceEnv, s, n)
-		}
-		return cuda.Device(d), nil
+	d, err := backend.PickDevice(cfg, n)
+	if err != nil {
+		return 0, fmt.Errorf("nccl: %w", err)
 	}
-	lr, what := cfg.Job.LocalRank, "local rank"
-	if lr < 0 {
-		lr, what = cfg.Job.Rank, "rank (the launcher gives no local rank)"
-	}
-	if lr >= n {
-		return 0, fmt.Errorf("nccl: %w: this process is %s %d, but its host has %d GPU(s): run at most one rank per GPU, or set %s",
-			backend.ErrInvalid, what, lr, n, DeviceEnv)
-	}
-	return cuda.Device(lr), nil
+	return cuda.Device(d), nil
 }
 
 // local is what a rank sets up before it meets the others.
