@@ -78,16 +78,8 @@ func (d *device) connectBlocking(ctx context.Context, rank, size int) error {
 				var ops cOps
 				ops.add(ptr, 1, channelPeer(ch), ncclUint8, recv)
 				_, err := d.lib.group(d.hooks, d.comms[ch], d.streams[ch].Handle(), ops)
-				for delay := time.Microsecond; err == nil; delay = min(2*delay, time.Millisecond) {
-					var done bool
-					if done, err = d.streams[ch].Query(); done || err != nil {
-						break
-					}
-					if ctx.Err() != nil {
-						err = ctx.Err()
-						break
-					}
-					time.Sleep(delay)
+				if err == nil {
+					err = waitStream(ctx, d.streams[ch])
 				}
 				if err != nil {
 					err = fmt.Errorf("nccl: connecting the channel %s rank %d: %w", dirWord(ch%2), p, err)
@@ -113,18 +105,30 @@ func (d *device) connectBlocking(ctx context.Context, rank, size int) error {
 // drain waits for stream s to finish its work, at most abortBound (after
 // every channel was aborted, nothing on it should be waiting for a peer).
 func (d *device) drain(s *cuda.Stream) error {
-	deadline := time.Now().Add(abortBound)
-	for delay := time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+	ctx, cancel := context.WithTimeout(context.Background(), abortBound)
+	defer cancel()
+	err := waitStream(ctx, s)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		d.stuck.Store(true)
+		return fmt.Errorf("nccl: a channel's stream was still busy %v after its communicator was aborted; it was left as it is", abortBound)
+	case err != nil:
+		return fmt.Errorf("nccl: waiting for a channel's stream after its abort: %w", err)
+	}
+	return nil
+}
+
+// waitStream polls stream s, backing off from 1 µs to 1 ms between
+// polls, until its work is done (nil), the query fails, or ctx ends (its
+// error).
+func waitStream(ctx context.Context, s *cuda.Stream) error {
+	for delay := time.Microsecond; ; delay = min(2*delay, time.Millisecond) {
 		done, err := s.Query()
-		if err != nil {
-			return fmt.Errorf("nccl: waiting for a channel's stream after its abort: %w", err)
+		if err != nil || done {
+			return err
 		}
-		if done {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			d.stuck.Store(true)
-			return fmt.Errorf("nccl: a channel's stream was still busy %v after its communicator was aborted; it was left as it is", abortBound)
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		time.Sleep(delay)
 	}
