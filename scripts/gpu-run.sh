@@ -50,13 +50,12 @@ step p2p-build 120 mpicc -O2 -o "$B/p2p" bench/nccl/p2p.c -I"$CUDA/include" -L"$
 
 cd "$B"
 step info 30 "${M[@]}" ./courier info
-# Where the NCCL backend's time goes, first: the C program with a
-# non-blocking communicator polled as courier polls it, and courier's
-# ping-pong with COURIER_NCCL_TRACE=1 (each rank prints at Close where each
-# group's time went).
-step bench-c-nonblocking 120 "${M[@]}" ./p2p -nonblocking
+# Where the NCCL backend's time goes, first: courier's ping-pong with
+# COURIER_NCCL_TRACE=1 (each rank prints at Close where each group's time
+# went), and the C program laid out as courier is (a communicator per
+# direction, every operation grouped and polled on an event).
 step trace 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 ./pingpong -device -iters 200 -max 65536
-step trace-blocking 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 -x COURIER_NCCL_BLOCKING=1 ./pingpong -device -iters 200 -max 65536
+step bench-c-twocomms 120 "${M[@]}" ./p2p -group -twocomms
 step cuda 300 env COURIER_REQUIRE_GPU=2 ./cuda.test -test.v -test.count=1
 step nccl 240 "${M[@]}" -x COURIER_REQUIRE_GPU=2 ./nccl.test -test.run '^TestGPU' -test.v -test.count=1 -test.timeout 230s
 step proctest-nccl-checked 200 "${M[@]}" -x COURIER_REQUIRE_GPU=2 -x COURIER_BACKEND=nccl -x COURIER_CHECK=1 \
@@ -95,7 +94,11 @@ step bench-c 150 "${M[@]}" ./p2p
 step bench-nccl-device 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -device -pattern stream "${sizes[@]}"
 step bench-c-again 150 "${M[@]}" ./p2p
 step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -pattern stream "${sizes[@]}"
-for f in info bench-c-nonblocking trace trace-blocking bench-nccl-small bench-c bench-nccl-device bench-c-again bench-nccl-host; do
+# Why the channels are blocking communicators: NCCL's non-blocking ones,
+# from C and from courier (about 4 ms per group in NCCL 2.28).
+step bench-c-nonblocking 120 "${M[@]}" ./p2p -nonblocking
+step trace-nonblocking 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 -x COURIER_NCCL_BLOCKING=0 ./pingpong -device -iters 20 -max 64
+for f in info trace bench-c-twocomms bench-nccl-small bench-c bench-nccl-device bench-c-again bench-nccl-host bench-c-nonblocking trace-nonblocking; do
 	[ -f "$LOG/$f.log" ] || continue
 	echo "== $f"
 	grep -E '^(#|kind|init|latency|bandwidth|courier nccl trace| +[0-9]+ +[0-9.]+ +[0-9.]+$|launcher|backend|COURIER|cuda|nccl| +cuda:)' "$LOG/$f.log"

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/courier-mp/courier/backend"
@@ -38,9 +39,16 @@ const (
 	// channels that must go at once, each on a thread of its own, and
 	// tells the peers first, so that they abort their side.
 	abortBound = 10 * time.Second
-	// asyncCheckEvery is how often a channel with work on the GPU asks
-	// NCCL for an asynchronous error while nothing is being launched.
-	asyncCheckEvery = 200 * time.Microsecond
+	// asyncCheckPolls is how often (in polls of its groups) a channel with
+	// work on the GPU asks NCCL for an asynchronous error while nothing is
+	// being launched: every 0.1 ms or so while a waiter spins, every 0.1 s
+	// or so when only the progress goroutine polls.
+	asyncCheckPolls = 256
+	// spinClock and spinYield: a spinning waiter reads the clock (for its
+	// deadline and spinFor) every spinClock polls, and lets other
+	// goroutines run every spinYield polls. Both cost as much as a poll.
+	spinClock = 32
+	spinYield = 8
 	// stageCap bounds the host memory a channel stages at once (pinned
 	// and device copies of host buffers): a flush of many large host
 	// messages issues them in groups of about this much, each once the
@@ -126,6 +134,7 @@ type conn struct {
 	stageCap int64 // stageCap, but for tests
 
 	wake      chan struct{} // wakes the progress goroutine
+	spinners  atomic.Int32  // goroutines polling in wait: the progress goroutine stands aside
 	stop      chan struct{} // closed by Close: goroutines end
 	wg        sync.WaitGroup
 	aborts    sync.WaitGroup // channel aborts in flight (abortChan)
@@ -142,8 +151,8 @@ type channel struct {
 	// graceUntil: the channel's peer is gone and the channel has work on
 	// the GPU; if none of it finishes by then, the channel is aborted.
 	graceUntil time.Time
-	// lastCheck is when ncclCommGetAsyncError was last asked.
-	lastCheck time.Time
+	// sinceCheck counts polls since ncclCommGetAsyncError was last asked.
+	sinceCheck int
 }
 
 // launching reports whether the channel's newest group is still being
@@ -390,19 +399,34 @@ func (c *conn) poke() {
 // positive. It polls from this goroutine for up to spinFor, then sleeps
 // on r's Done channel while the progress goroutine polls.
 func (c *conn) wait(r *request, timeout time.Duration) error {
+	c.spinners.Add(1)
+	spinning := true
+	defer func() {
+		if spinning {
+			c.spinners.Add(-1)
+		}
+	}()
+	c.poke()
+	if r.done.Load() {
+		return nil
+	}
 	start := time.Now()
+	now := start
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = start.Add(timeout)
 	}
-	c.poke()
-	for !r.done.Load() {
-		now := time.Now()
+	for i := 1; !r.done.Load(); i++ {
+		if i%spinClock == 0 {
+			now = time.Now()
+		}
 		if timeout > 0 && !now.Before(deadline) {
 			return fmt.Errorf("%w after %v", backend.ErrTimeout, timeout)
 		}
 		if now.Sub(start) < spinFor {
-			runtime.Gosched()
+			if i%spinYield == 0 {
+				runtime.Gosched()
+			}
 			c.mu.Lock()
 			c.progressLocked()
 			c.mu.Unlock()
@@ -410,6 +434,10 @@ func (c *conn) wait(r *request, timeout time.Duration) error {
 		}
 		// Sleep until completion, a deadline, or a periodic re-poll (a
 		// safety net: the progress goroutine should see to everything).
+		if spinning {
+			spinning = false
+			c.spinners.Add(-1)
+		}
 		c.kick()
 		nap := 10 * time.Millisecond
 		if timeout > 0 {
@@ -422,6 +450,7 @@ func (c *conn) wait(r *request, timeout time.Duration) error {
 		}
 		t.Stop()
 		c.poke()
+		now = time.Now()
 	}
 	return nil
 }
@@ -449,9 +478,16 @@ func (c *conn) run() {
 		case <-c.wake:
 		}
 		for delay := minPoll; ; delay = min(2*delay, maxPoll) {
-			c.mu.Lock()
-			busy := c.progressLocked()
-			c.mu.Unlock()
+			// While a waiter polls, polling here too would only contend
+			// for the mutex (and delay the waiter): look again later.
+			busy := true
+			if c.spinners.Load() == 0 {
+				c.mu.Lock()
+				busy = c.progressLocked()
+				c.mu.Unlock()
+			} else {
+				delay = maxPoll
+			}
 			if !busy {
 				break
 			}
@@ -574,6 +610,7 @@ func (c *conn) launchLocked(g *group) {
 	ch := &c.chans[g.ch]
 	if c.trace != nil {
 		g.t0 = time.Now()
+		c.trace.launched(g.t0)
 	}
 	inProgress, err := c.eng.launch(g)
 	if c.trace != nil {
@@ -632,13 +669,13 @@ func (c *conn) progressChanLocked(i int) {
 	ch := &c.chans[i]
 	// ncclCommGetAsyncError: whether the last launch is on the stream yet,
 	// and any failure NCCL found in its own threads. Asked at every poll
-	// while a launch is in progress, otherwise at most every
-	// asyncCheckEvery: a waiter polls in a tight loop, and NCCL's own
-	// threads need the communicator meanwhile.
+	// while a launch is in progress, otherwise every asyncCheckPolls polls:
+	// a waiter polls in a tight loop, and NCCL's own threads need the
+	// communicator meanwhile.
 	launching := ch.launching()
 	inProgress := false
-	if now := time.Now(); launching || now.Sub(ch.lastCheck) >= asyncCheckEvery {
-		ch.lastCheck = now
+	if ch.sinceCheck++; launching || ch.sinceCheck >= asyncCheckPolls {
+		ch.sinceCheck = 0
 		var err error
 		inProgress, err = c.eng.settle(i)
 		if err != nil {
@@ -659,6 +696,7 @@ func (c *conn) progressChanLocked(i int) {
 			break
 		}
 		done, err := c.eng.poll(g)
+		g.polls++
 		if err != nil {
 			c.failChanLocked(i, err)
 			return
@@ -1020,30 +1058,62 @@ func (c *conn) connectAll(ctx context.Context, ops func(p int) (send, recv op)) 
 // Comm.Device).
 func (c *conn) Device() int { return c.dev }
 
-// traceStats sums where the time of each group goes: in the launch call
-// (ncclGroupEnd), from its return until NCCL has the group on the stream
-// (ncclInProgress, then settled), and from there until its event fires
-// and progress sees it. Set COURIER_NCCL_TRACE=1 to have Close print them.
+// traceStats sums where the time of each group goes, for the groups of
+// sends and those of receives apart: the launch call, and NCCL's share of
+// it (ncclGroupStart to ncclGroupEnd; the rest is staging, the context's
+// push and pop, and cgo), from its return until NCCL has the group on the
+// stream (ncclInProgress, then settled), and from there until its event
+// fires and progress sees it (and how many queries that took); and the
+// time from one group's completion to the next launch on the rank (the
+// program and courier between two operations). Set COURIER_NCCL_TRACE=1
+// to have Close print them.
 type traceStats struct {
-	n                        int64
-	launch, settle, complete time.Duration
+	dir     [2]traceDir // sends, receives
+	gaps    int64
+	gap     time.Duration
+	lastEnd time.Time
+}
+
+type traceDir struct {
+	n                              int64
+	launch, nccl, settle, complete time.Duration
+	polls                          int64
+}
+
+// launched notes that a group is being launched now.
+func (t *traceStats) launched(now time.Time) {
+	if !t.lastEnd.IsZero() {
+		t.gaps++
+		t.gap += now.Sub(t.lastEnd)
+		t.lastEnd = time.Time{}
+	}
 }
 
 func (t *traceStats) add(g *group, done time.Time) {
+	t.lastEnd = done
 	if g.t0.IsZero() || g.t2.IsZero() {
 		return
 	}
-	t.n++
-	t.launch += g.t1.Sub(g.t0)
-	t.settle += g.t2.Sub(g.t1)
-	t.complete += done.Sub(g.t2)
+	d := &t.dir[g.ch%2]
+	d.n++
+	d.launch += g.t1.Sub(g.t0)
+	d.nccl += g.nccl
+	d.settle += g.t2.Sub(g.t1)
+	d.complete += done.Sub(g.t2)
+	d.polls += g.polls
 }
 
 func (t *traceStats) report(rank int) {
-	if t.n == 0 {
-		return
+	for i, d := range t.dir {
+		if d.n == 0 {
+			continue
+		}
+		n := time.Duration(d.n)
+		fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: %d groups of %s; mean launch %v (NCCL's calls %v), until on the stream %v, until seen done %v (%.1f queries)\n",
+			rank, d.n, [2]string{"sends", "receives"}[i], d.launch/n, d.nccl/n, d.settle/n, d.complete/n, float64(d.polls)/float64(d.n))
 	}
-	n := time.Duration(t.n)
-	fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: %d groups; mean launch %v, until on the stream %v, until seen done %v\n",
-		rank, t.n, t.launch/n, t.settle/n, t.complete/n)
+	if t.gaps > 0 {
+		fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: mean time from a group's completion to the next launch: %v (%d times)\n",
+			rank, t.gap/time.Duration(t.gaps), t.gaps)
+	}
 }

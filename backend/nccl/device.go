@@ -48,58 +48,56 @@ type device struct {
 	allTemps          []cuda.Slice[byte]
 	warm              cuda.Slice[byte] // 2N bytes: the connection buffers, then empty messages' tokens
 	stuck             atomic.Bool      // an abort did not return within abortBound
-	// blocking: the communicators are blocking ones
-	// (COURIER_NCCL_BLOCKING=1): a launch returns once the group is on the
-	// stream, and first contact is made by connectBlocking.
+	// blocking: the communicators are blocking ones (the default; see
+	// BlockingEnv): a launch returns once the group is on the stream, and
+	// first contact is made by connectBlocking.
 	blocking bool
+	// timed: launches measure the time NCCL's calls take (group.nccl), for
+	// COURIER_NCCL_TRACE.
+	timed bool
 }
 
 // connectBlocking makes the first contact on every channel of blocking
 // communicators: a one-byte send to each other rank and a one-byte
-// receive from each, each on a goroutine of its own (the first operation
-// on a blocking channel returns only once its peer has posted the other
-// side), then waits for every channel's stream. Bounded by ctx; what is
-// still blocked when it ends is left (a blocking call cannot be aborted).
+// receive from each, all in one NCCL group over every channel (NCCL
+// connects the communicators of a group at once; the call returns only
+// once every peer has posted its side), then waits for every channel's
+// stream. The group runs on a goroutine of its own so that ctx bounds it;
+// if ctx ends first, the call is left to finish or not (a blocking call
+// cannot be aborted) and the error says so.
 func (d *device) connectBlocking(ctx context.Context, rank, size int) error {
-	errc := make(chan error, 2*size)
-	n := 0
+	var ops cOps
 	base := d.warm.Ptr()
 	for p := range size {
 		if p == rank {
 			continue
 		}
-		for _, recv := range []bool{false, true} {
-			ch, ptr := sendChan(p), base
-			if recv {
-				ch, ptr = recvChan(p), base+uintptr(1+p)
-			}
-			n++
-			go func() {
-				var ops cOps
-				ops.add(ptr, 1, channelPeer(ch), ncclUint8, recv)
-				_, err := d.lib.group(d.hooks, d.comms[ch], d.streams[ch].Handle(), ops)
-				if err == nil {
-					err = waitStream(ctx, d.streams[ch])
-				}
-				if err != nil {
-					err = fmt.Errorf("nccl: connecting the channel %s rank %d: %w", dirWord(ch%2), p, err)
-				}
-				errc <- err
-			}()
-		}
+		ops.add(d.comms[sendChan(p)], d.streams[sendChan(p)].Handle(), base, 1, channelPeer(sendChan(p)), ncclUint8, false)
+		ops.add(d.comms[recvChan(p)], d.streams[recvChan(p)].Handle(), base+uintptr(1+p), 1, channelPeer(recvChan(p)), ncclUint8, true)
 	}
-	var errs []error
-	for range n {
-		select {
-		case err := <-errc:
-			if err != nil {
-				errs = append(errs, err)
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("nccl: connecting the ranks (a one-byte message on every channel) did not finish: %w", ctx.Err())
-		}
+	if len(ops) == 0 {
+		return nil
 	}
-	return errors.Join(errs...)
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := d.lib.group(d.hooks, ops, false)
+		for _, s := range d.streams {
+			if err == nil && s != nil {
+				err = waitStream(ctx, s)
+			}
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("nccl: connecting the ranks (a one-byte message on every channel): %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		d.stuck.Store(true)
+		return fmt.Errorf("nccl: connecting the ranks (a one-byte message on every channel) did not finish: did every rank reach Init? %w", ctx.Err())
+	}
 }
 
 // drain waits for stream s to finish its work, at most abortBound (after
@@ -178,6 +176,10 @@ func (d *device) launch(g *group) (bool, error) {
 		st.slab = s
 	}
 	d.ops = d.ops[:0]
+	comm, stream := d.comms[g.ch], d.streams[g.ch].Handle()
+	if comm == 0 {
+		return false, fmt.Errorf("nccl: internal error: no communicator for channel %d", g.ch)
+	}
 	var off int64
 	for i := range g.ops {
 		o := &g.ops[i]
@@ -220,12 +222,11 @@ func (d *device) launch(g *group) (bool, error) {
 			}
 			off += alignUp(n)
 		}
-		d.ops.add(ptr, count, channelPeer(g.ch), typ, o.recv)
+		d.ops.add(comm, stream, ptr, count, channelPeer(g.ch), typ, o.recv)
 	}
-	if d.comms[g.ch] == 0 {
-		return false, fmt.Errorf("nccl: internal error: no communicator for channel %d", g.ch)
-	}
-	return d.lib.group(d.hooks, d.comms[g.ch], d.streams[g.ch].Handle(), d.ops)
+	inProgress, nccl, err := d.lib.group(d.hooks, d.ops, d.timed)
+	g.nccl = nccl
+	return inProgress, err
 }
 
 // channelPeer is the NCCL rank of the other end of channel ch: on the

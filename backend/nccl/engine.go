@@ -139,8 +139,11 @@ type group struct {
 	// through the engine's memory).
 	staged int64
 	// t0, t1, t2: when launch began and returned, and when the group was
-	// sealed (only with COURIER_NCCL_TRACE).
+	// sealed; nccl: how long NCCL's calls took in the launch; polls: how
+	// often its event was queried (only with COURIER_NCCL_TRACE).
 	t0, t1, t2 time.Time
+	nccl       time.Duration
+	polls      int64
 }
 
 // reset empties g for reuse.
@@ -149,4 +152,5 @@ func (g *group) reset() {
 	g.ops = g.ops[:0]
 	g.ch, g.launching, g.sealed, g.res, g.staged = 0, false, false, nil, 0
 	g.t0, g.t1, g.t2 = time.Time{}, time.Time{}, time.Time{}
+	g.nccl, g.polls = 0, 0
 }

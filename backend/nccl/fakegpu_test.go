@@ -50,11 +50,12 @@ func TestFakeGPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("building the fake: %v\n%s", err, out)
 	}
-	// Every child test with non-blocking communicators (the default); the
-	// device, allocation and benchmark tests again with blocking ones.
+	// Every child test with blocking communicators (the default), and
+	// again with non-blocking ones (whose groups the fake leaves in
+	// progress now and then).
 	for _, run := range []struct{ tests, blocking string }{
 		{"^TestFakeGPUChild", ""},
-		{"^TestFakeGPUChild(Device|Allocs|Bench)$", "1"},
+		{"^TestFakeGPUChild", "0"},
 	} {
 		args := []string{"-test.run=" + run.tests, "-test.count=1", "-test.timeout=10m"}
 		if testing.Verbose() {

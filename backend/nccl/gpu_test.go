@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -563,4 +564,70 @@ func TestGPUTimeout(t *testing.T) {
 	}
 	q.Release()
 	t.Logf("Abort took %v", time.Since(start))
+}
+
+// BenchmarkGPUPrimitives measures what one poll of a waiting request is
+// made of on this machine: reading the clock, yielding, a mutex, and the
+// CUDA queries (each a cgo call that makes the device's context current
+// around the driver's call). It skips where the backend cannot run.
+func BenchmarkGPUPrimitives(b *testing.B) {
+	if err := (Driver{}).Available(); err != nil {
+		b.Skip(err)
+	}
+	dev := cuda.Device(0)
+	s, err := cuda.NewStream(dev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	ev, err := cuda.NewEventNoTiming(dev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ev.Destroy()
+	if err := ev.Record(s); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("time.Now", func(b *testing.B) {
+		for b.Loop() {
+			_ = time.Now()
+		}
+	})
+	b.Run("Gosched", func(b *testing.B) {
+		for b.Loop() {
+			runtime.Gosched()
+		}
+	})
+	b.Run("Mutex", func(b *testing.B) {
+		var mu sync.Mutex
+		for b.Loop() {
+			mu.Lock()
+			mu.Unlock() //nolint:staticcheck // the cost of the pair is the point
+		}
+	})
+	b.Run("EventQuery", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ev.Query(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("StreamQuery", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Query(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("EventRecord", func(b *testing.B) {
+		for b.Loop() {
+			if err := ev.Record(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		s.Synchronize()
+	})
 }

@@ -12,11 +12,20 @@
 //
 // Each rank uses one GPU: the one of its local rank ($COURIER_DEVICE
 // overrides). Open makes a channel for each direction between this rank
-// and every other: an NCCL communicator of two ranks (non-blocking, so a
-// rank that never comes makes Open fail when its context ends, instead of
-// hanging) with its own CUDA stream, connected before Open returns. It also
-// opens a host connection (a tcp communicator) beside them. conn's
-// documentation says why channels, and how operations move.
+// and every other: an NCCL communicator of two ranks with its own CUDA
+// stream, connected before Open returns. It also opens a host connection
+// (a tcp communicator) beside them, first, so that a rank that never comes
+// is found before NCCL is involved. conn's documentation says why
+// channels, and how operations move.
+//
+// The communicators are blocking ones by default: NCCL 2.28's non-blocking
+// communicators hand every ncclGroupEnd to a thread of their own and cost
+// about 4 ms per group, in C as from courier (docs/benchmarks.md), against
+// a few microseconds. Every blocking call that waits for a peer (creation
+// and first contact, in Open) runs on a goroutine of its own, bounded by
+// Open's context: a peer that never answers makes Open fail rather than
+// hang (the call itself is left behind). COURIER_NCCL_BLOCKING=0 selects
+// non-blocking communicators, whose creation NCCL can abort.
 //
 // # Semantics
 //
@@ -75,12 +84,12 @@ const (
 	// DeviceEnv names the variable that picks the GPU (an ordinal),
 	// instead of the local rank.
 	DeviceEnv = backend.DeviceEnv
-	// BlockingEnv names the variable that, set to 1, makes the channels
-	// blocking NCCL communicators instead of non-blocking ones: a group
-	// is launched in the calling thread rather than by a thread NCCL
-	// starts for it, and communicator creation cannot be aborted (Open
-	// still gives up when its context ends). An experiment, for now: see
-	// docs/benchmarks.md.
+	// BlockingEnv names the variable that chooses the kind of NCCL
+	// communicator: 1 or unset, blocking ones (a group is launched in the
+	// calling thread; the default), 0, non-blocking ones (each
+	// ncclGroupEnd goes to a thread NCCL starts for it, which costs
+	// milliseconds per group in NCCL 2.28, but NCCL can abort their
+	// creation). Anything else makes Open fail with ErrInvalid.
 	BlockingEnv = "COURIER_NCCL_BLOCKING"
 	// minVersion is the oldest NCCL the backend works with:
 	// non-blocking communicators and ncclCommFinalize came in 2.14.
@@ -334,7 +343,13 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 	if job.Size < 1 || job.Rank < 0 || job.Rank >= job.Size {
 		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, job.Rank, job.Size)
 	}
-	lo, lerr := setupLocal(cfg)
+	// Every rank's own failure goes into its hello, so that all fail
+	// together.
+	blocking, lerr := blockingMode(cfg.Getenv)
+	var lo *local
+	if lerr == nil {
+		lo, lerr = setupLocal(cfg)
+	}
 	phase("CUDA and NCCL loaded, GPU set up")
 	all, err := cfg.Exchange.AllGather(ctx, encodeHello(lo, lerr))
 	phase("the unique IDs exchanged")
@@ -362,7 +377,8 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 
 	eng := &device{
 		lib: lo.lib, hooks: lo.hooks, dev: lo.dev,
-		blocking: strings.TrimSpace(cfg.Getenv(BlockingEnv)) == "1",
+		blocking: blocking,
+		timed:    traced,
 		comms:    make([]uintptr, 2*job.Size),
 		streams:  make([]*cuda.Stream, 2*job.Size),
 	}
@@ -425,6 +441,19 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 	}
 	phase("every channel connected")
 	return c, nil
+}
+
+// blockingMode reads BlockingEnv: whether the channels are blocking
+// communicators.
+func blockingMode(getenv func(string) string) (bool, error) {
+	switch v := strings.TrimSpace(getenv(BlockingEnv)); v {
+	case "", "1":
+		return true, nil
+	case "0":
+		return false, nil
+	default:
+		return false, fmt.Errorf("nccl: %w: %s=%q: want 1 (blocking communicators, the default) or 0 (non-blocking ones)", backend.ErrInvalid, BlockingEnv, v)
+	}
 }
 
 // initComms creates the NCCL communicator of every channel: for each

@@ -33,6 +33,7 @@ package nccl
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // NCCL's types, as nccl.h of NCCL 2.28 declares them.
 typedef int ncclResult_t;            // enum: ncclSuccess = 0 ... ncclInProgress = 7
@@ -99,13 +100,16 @@ typedef struct {
 	uintptr_t memcpy;
 } courier_nccl_dev;
 
-// One send or receive of a flush.
+// One send or receive of a group, with the communicator and stream it
+// goes on (a group may span several communicators).
 typedef struct {
-	uint64_t buf;   // device address
-	uint64_t count; // elements of type
+	uint64_t buf;    // device address
+	uint64_t count;  // elements of type
+	uint64_t comm;   // ncclComm_t
+	uint64_t stream; // CUstream
 	int32_t peer;
-	int32_t type;   // ncclDataType_t
-	int32_t recv;   // 1: ncclRecv, 0: ncclSend
+	int32_t type;    // ncclDataType_t
+	int32_t recv;    // 1: ncclRecv, 0: ncclSend
 	int32_t pad;
 } courier_nccl_op;
 
@@ -233,23 +237,31 @@ typedef struct {
 	int32_t state;  // ncclCommGetAsyncError's state
 	int32_t failed; // courier_nccl_group: the index of the op that failed, or -1
 	int32_t cu;     // the CUresult of a failed context push or pop
+	int64_t ns;     // courier_nccl_group with timed set: nanoseconds from ncclGroupStart until ncclGroupEnd returned
 } courier_nccl_out;
 
 static courier_nccl_out courier_nccl_async_error(courier_nccl_lib *l, uintptr_t comm) {
-	courier_nccl_out o = {0, 0, -1, 0};
+	courier_nccl_out o = {0, 0, -1, 0, 0};
 	ncclResult_t state = 0;
 	o.r = l->commGetAsyncError((ncclComm_t)comm, &state);
 	o.state = state;
 	return o;
 }
 
-// courier_nccl_group issues ops[0..n) as one NCCL group on stream, with
-// the device's context current. If an op fails, the group is still ended
-// (NCCL's group state must not leak to the next call on this thread) and
-// the op's error is returned, with its index in *failed.
+static int64_t courier_nccl_now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// courier_nccl_group issues ops[0..n) as one NCCL group, each op on its
+// communicator and stream, with the device's context current. If an op
+// fails, the group is still ended (NCCL's group state must not leak to the
+// next call on this thread) and the op's error is returned, with its index
+// in .failed. With timed set, .ns is the time NCCL's calls took.
 static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nccl_dev *d,
-		uintptr_t comm, uintptr_t stream, const courier_nccl_op *ops, int n) {
-	courier_nccl_out out = {0, 0, -1, 0};
+		const courier_nccl_op *ops, int n, int timed) {
+	courier_nccl_out out = {0, 0, -1, 0, 0};
 	int failedv = -1, cuv = 0;
 	int *failed = &failedv, *cu = &cuv;
 	if (!courier_nccl_push(d, cu)) {
@@ -257,16 +269,19 @@ static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nc
 		out.cu = cuv;
 		return out;
 	}
+	int64_t t0 = timed ? courier_nccl_now() : 0;
 	ncclResult_t r = l->groupStart();
 	if (r == 0) {
 		ncclResult_t first = 0;
 		for (int i = 0; i < n; i++) {
 			const courier_nccl_op *o = &ops[i];
+			ncclComm_t comm = (ncclComm_t)(uintptr_t)o->comm;
+			void *stream = (void *)(uintptr_t)o->stream;
 			ncclResult_t e;
 			if (o->recv) {
-				e = l->recv((void *)(uintptr_t)o->buf, (size_t)o->count, o->type, o->peer, (ncclComm_t)comm, (void *)stream);
+				e = l->recv((void *)(uintptr_t)o->buf, (size_t)o->count, o->type, o->peer, comm, stream);
 			} else {
-				e = l->send((const void *)(uintptr_t)o->buf, (size_t)o->count, o->type, o->peer, (ncclComm_t)comm, (void *)stream);
+				e = l->send((const void *)(uintptr_t)o->buf, (size_t)o->count, o->type, o->peer, comm, stream);
 			}
 			// In a group a non-blocking communicator may answer
 			// ncclInProgress for an op; only ncclGroupEnd's answer counts.
@@ -278,6 +293,9 @@ static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nc
 		}
 		ncclResult_t end = l->groupEnd();
 		r = first != 0 ? first : end;
+	}
+	if (timed) {
+		out.ns = courier_nccl_now() - t0;
 	}
 	courier_nccl_pop(d, cu);
 	if ((r == 0 || r == 7) && *cu != 0) {
@@ -329,6 +347,7 @@ import "C"
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -486,28 +505,37 @@ func (l *library) asyncState(comm uintptr) (inProgress bool, err error) {
 }
 
 // group issues ops as one group (ncclGroupStart, the sends and receives,
-// ncclGroupEnd) on stream, in one C call with the device's context
-// current. inProgress reports ncclGroupEnd's ncclInProgress: the
-// operations reach the stream only once asyncState stops saying so.
-func (l *library) group(h *devHooks, comm, stream uintptr, ops cOps) (inProgress bool, err error) {
+// each on its communicator and stream, ncclGroupEnd) in one C call with the
+// device's context current. inProgress reports ncclGroupEnd's
+// ncclInProgress: the operations reach the streams only once asyncState
+// stops saying so. If timed is set, nccl is how long NCCL's calls took
+// (the rest of the call is the context's push and pop, and cgo).
+func (l *library) group(h *devHooks, ops cOps, timed bool) (inProgress bool, nccl time.Duration, err error) {
 	if len(ops) == 0 {
-		return false, nil
+		return false, 0, nil
 	}
-	out := C.courier_nccl_group(l.c, &h.c, C.uintptr_t(comm), C.uintptr_t(stream), &ops[0], C.int(len(ops)))
+	t := C.int(0)
+	if timed {
+		t = 1
+	}
+	out := C.courier_nccl_group(l.c, &h.c, &ops[0], C.int(len(ops)), t)
 	r, failed, cu := out.r, out.failed, C.int(out.cu)
+	nccl = time.Duration(out.ns)
 	if r == ncclInProgress {
-		return true, nil
+		return true, nccl, nil
 	}
 	op := "ncclGroupEnd"
+	comm := uintptr(ops[0].comm)
 	if failed >= 0 {
 		o := ops[failed]
+		comm = uintptr(o.comm)
 		if o.recv != 0 {
 			op = fmt.Sprintf("ncclRecv(%d elements from NCCL rank %d)", uint64(o.count), int(o.peer))
 		} else {
 			op = fmt.Sprintf("ncclSend(%d elements to NCCL rank %d)", uint64(o.count), int(o.peer))
 		}
 	}
-	return false, l.check(int(r), op, comm, cu)
+	return false, nccl, l.check(int(r), op, comm, cu)
 }
 
 // abort calls ncclCommAbort: NCCL stops the communicator's work on the
@@ -562,15 +590,17 @@ func copyErr(r, cu C.int, n int64) error {
 // cOps is a reusable array of C op descriptors for one flush.
 type cOps []C.courier_nccl_op
 
-// add appends one send or receive.
-func (o *cOps) add(buf uintptr, count uint64, peer int, typ ncclType, recv bool) {
+// add appends one send or receive, on communicator comm and stream.
+func (o *cOps) add(comm, stream, buf uintptr, count uint64, peer int, typ ncclType, recv bool) {
 	var r C.int32_t
 	if recv {
 		r = 1
 	}
 	*o = append(*o, C.courier_nccl_op{
-		buf:   C.uint64_t(buf),
-		count: C.uint64_t(count),
+		buf:    C.uint64_t(buf),
+		count:  C.uint64_t(count),
+		comm:   C.uint64_t(comm),
+		stream: C.uint64_t(stream),
 		peer:  C.int32_t(peer),
 		_type: C.int32_t(typ),
 		recv:  r,

@@ -4,6 +4,7 @@ package nccl
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -47,7 +48,9 @@ func (l *library) initComm(*devHooks, int, int, [idBytes]byte, bool) (uintptr, e
 	return 0, errNoCgo()
 }
 func (l *library) asyncState(uintptr) (bool, error)                         { return false, errNoCgo() }
-func (l *library) group(*devHooks, uintptr, uintptr, cOps) (bool, error)    { return false, errNoCgo() }
+func (l *library) group(*devHooks, cOps, bool) (bool, time.Duration, error) {
+	return false, 0, errNoCgo()
+}
 func (l *library) abort(*devHooks, uintptr) error                           { return errNoCgo() }
 func (h *devHooks) copyBytes(dst, src unsafe.Pointer, n int64) error        { return errNoCgo() }
 func (h *devHooks) copyFrom(dst unsafe.Pointer, src uintptr, n int64) error { return errNoCgo() }
@@ -55,4 +58,4 @@ func (h *devHooks) copyFrom(dst unsafe.Pointer, src uintptr, n int64) error { re
 // cOps stands in for the array of C op descriptors.
 type cOps []struct{}
 
-func (o *cOps) add(uintptr, uint64, int, ncclType, bool) {}
+func (o *cOps) add(uintptr, uintptr, uintptr, uint64, int, ncclType, bool) {}

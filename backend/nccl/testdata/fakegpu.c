@@ -942,11 +942,29 @@ ncclResult_t ncclGroupEnd(void) {
 	if (group_n == 0) return NCCL_OK;
 	LOCK();
 	struct comm *c = group_ops[0].comm;
+	int several = 0;
 	for (int i = 1; i < group_n; i++) {
-		if (group_ops[i].comm != c) {
-			UNLOCK();
-			return bad(NCCL_INVALID_USAGE, "a group over several communicators (courier groups one)");
+		if (group_ops[i].comm != c) several = 1;
+	}
+	if (several) {
+		// Courier groups several communicators only to connect blocking
+		// ones: each communicator's operations land at once.
+		for (int i = 0; i < group_n; i++) {
+			if (!group_ops[i].comm->blocking) {
+				UNLOCK();
+				return bad(NCCL_INVALID_USAGE, "a group over several non-blocking communicators (courier groups one)");
+			}
 		}
+		for (int i = 0; i < group_n; i++) {
+			struct comm *ci = group_ops[i].comm;
+			ci->pending = malloc(sizeof(struct op));
+			ci->pending[0] = group_ops[i];
+			ci->npending = 1;
+			land(ci);
+		}
+		group_n = 0;
+		UNLOCK();
+		return NCCL_OK;
 	}
 	c->pending = malloc((size_t)group_n * sizeof(struct op));
 	memcpy(c->pending, group_ops, (size_t)group_n * sizeof(struct op));
