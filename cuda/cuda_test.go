@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -891,6 +892,108 @@ func TestEvents(t *testing.T) {
 	})
 }
 
+// TestStreamMemOps checks WriteValue64 and WaitValue64 on a word of mapped
+// page-locked memory: the CPU sees the value once the work before it is
+// done, and sees what that work wrote; a stream waiting for a value waits
+// for the CPU to write it.
+func TestStreamMemOps(t *testing.T) {
+	eachDriver(t, 1, func(t *testing.T) {
+		s, err := NewStream(0)
+		noErr(t, err)
+		defer func() { noErr(t, s.Destroy()) }()
+		const n = 4 << 20
+		d, err := Alloc[byte](0, n)
+		noErr(t, err)
+		defer func() { noErr(t, d.Free()) }()
+		words, err := HostAlloc[uint64](8)
+		noErr(t, err)
+		defer func() { noErr(t, words.Free()) }()
+		out, err := HostAlloc[byte](n)
+		noErr(t, err)
+		defer func() { noErr(t, out.Free()) }()
+		w := words.Slice()
+		clear(w)
+		base, err := words.DevicePtr()
+		noErr(t, err)
+		if base == 0 {
+			t.Fatal("DevicePtr of page-locked memory is 0")
+		}
+		if p, err := (Pinned[uint64]{}).DevicePtr(); p != 0 || err != nil {
+			t.Errorf("DevicePtr of an empty Pinned = %#x, %v", p, err)
+		}
+		// load reads word i as the GPU leaves it; on the fake, whose
+		// streams run only when asked, it asks first.
+		load := func(i int) uint64 {
+			if fakeActive {
+				s.Query()
+			}
+			return atomicLoad(&w[i])
+		}
+
+		// A memset and a copy out, then the value: once the CPU sees the
+		// value, the copy's bytes are there.
+		noErr(t, MemsetAsync(d, 0x3c, s))
+		noErr(t, CopyToHostAsync(out.Slice(), d, s))
+		noErr(t, s.WriteValue64(base, 7))
+		waitDone(t, func() (bool, error) { return load(0) == 7, nil })
+		if i := slices.IndexFunc(out.Slice(), func(b byte) bool { return b != 0x3c }); i >= 0 {
+			t.Fatalf("the value was seen before the copy's byte %d arrived", i)
+		}
+
+		// A wait already satisfied does not block the stream.
+		noErr(t, s.WaitValue64(base, 7))
+		noErr(t, s.WriteValue64(base+8, 1))
+		noErr(t, s.Synchronize())
+		if w[1] != 1 {
+			t.Fatalf("after a satisfied wait: word 1 = %d, want 1", w[1])
+		}
+		if !fakeActive {
+			// A wait for a value the CPU has not written holds the
+			// stream until it does.
+			noErr(t, s.WaitValue64(base, 9))
+			noErr(t, s.WriteValue64(base+16, 1))
+			time.Sleep(50 * time.Millisecond)
+			if done, err := s.Query(); done || err != nil || atomicLoad(&w[2]) != 0 {
+				t.Fatalf("the stream went on before the value came: done %v, err %v, word 2 = %d", done, err, w[2])
+			}
+			atomicStore(&w[0], 9)
+			waitDone(t, func() (bool, error) { return atomicLoad(&w[2]) == 1, nil })
+		}
+
+		// Bad addresses.
+		wantIs(t, s.WriteValue64(0, 1), backend.ErrInvalid)
+		wantIs(t, s.WriteValue64(base+4, 1), backend.ErrInvalid)
+		wantIs(t, s.WaitValue64(base+1, 1), backend.ErrInvalid)
+		var nilStream *Stream
+		wantIs(t, nilStream.WriteValue64(base, 1), backend.ErrInvalid)
+	})
+}
+
+// TestFakeNoMemOps: a driver without stream memory operations makes them
+// fail with ErrNotSupported, and everything else still works.
+func TestFakeNoMemOps(t *testing.T) {
+	path := buildFake(t, "-DFAKE_OMIT_MEMOPS")
+	l, err := open(path)
+	if err != nil {
+		t.Fatalf("loading the fake driver without memory operations: %v", err)
+	}
+	useLib(t, l, nil)
+	fakeActive = true
+	defer func() { fakeActive = false }()
+	defer l.drv.close()
+	s, err := NewStream(0)
+	noErr(t, err)
+	defer func() { noErr(t, s.Destroy()) }()
+	w, err := HostAlloc[uint64](1)
+	noErr(t, err)
+	defer func() { noErr(t, w.Free()) }()
+	p, err := w.DevicePtr()
+	noErr(t, err)
+	wantIs(t, s.WriteValue64(p, 1), backend.ErrNotSupported)
+	wantIs(t, s.WaitValue64(p, 1), backend.ErrNotSupported)
+	noErr(t, s.Synchronize())
+}
+
 func TestEventsAcrossDevices(t *testing.T) {
 	eachDriver(t, 2, func(t *testing.T) {
 		s0, err := NewStream(0)
@@ -1205,3 +1308,6 @@ func TestFakeContextDiscipline(t *testing.T) {
 		t.Fatalf("copy into another device's memory: %v", err)
 	}
 }
+
+func atomicLoad(p *uint64) uint64     { return atomic.LoadUint64(p) }
+func atomicStore(p *uint64, v uint64) { atomic.StoreUint64(p, v) }

@@ -36,12 +36,15 @@ type driverAPI interface {
 	memsetD8Async(ctx, p uintptr, v uint8, bytes int64, stream uintptr) error
 	memHostAlloc(ctx uintptr, bytes int64, flags uint32) ([]byte, error)
 	memFreeHost(ctx uintptr, b []byte) error
+	memHostDevicePointer(ctx uintptr, b []byte) (uintptr, error)
 
 	streamCreate(ctx uintptr, flags uint32) (uintptr, error)
 	streamDestroy(ctx, s uintptr) error
 	streamSynchronize(ctx, s uintptr) error
 	streamQuery(ctx, s uintptr) (bool, error)
 	streamWaitEvent(ctx, s, e uintptr) error
+	streamWriteValue64(ctx, s, addr uintptr, v uint64) error
+	streamWaitValue64(ctx, s, addr uintptr, v uint64) error
 	eventCreate(ctx uintptr, flags uint32) (uintptr, error)
 	eventDestroy(ctx, e uintptr) error
 	eventRecord(ctx, e, s uintptr) error
@@ -59,10 +62,11 @@ var _ driverAPI = (*driver)(nil)
 
 // Driver constants (values from cuda.h).
 const (
-	cuStreamNonBlocking    = 0x1 // CU_STREAM_NON_BLOCKING
-	cuEventDefault         = 0x0 // CU_EVENT_DEFAULT
-	cuEventDisableTiming   = 0x2 // CU_EVENT_DISABLE_TIMING
-	cuMemHostAllocPortable = 0x1 // CU_MEMHOSTALLOC_PORTABLE
+	cuStreamNonBlocking     = 0x1 // CU_STREAM_NON_BLOCKING
+	cuEventDefault          = 0x0 // CU_EVENT_DEFAULT
+	cuEventDisableTiming    = 0x2 // CU_EVENT_DISABLE_TIMING
+	cuMemHostAllocPortable  = 0x1 // CU_MEMHOSTALLOC_PORTABLE
+	cuMemHostAllocDeviceMap = 0x2 // CU_MEMHOSTALLOC_DEVICEMAP
 
 	cuDeviceAttributeComputeCapabilityMajor = 75
 	cuDeviceAttributeComputeCapabilityMinor = 76

@@ -39,6 +39,7 @@ enum {
 	COURIER_CU_JIT_ERROR_LOG_BUFFER = 5,
 	COURIER_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
 	COURIER_CUDA_MAX_ARGS = 256,
+	COURIER_CUDA_NOT_SUPPORTED = 801, // CUDA_ERROR_NOT_SUPPORTED
 };
 
 // X(field, symbol, parameters): every entry point courier needs. A library
@@ -72,6 +73,7 @@ enum {
 	X(cuMemsetD8Async, "cuMemsetD8Async", (CUdeviceptr p, unsigned char v, size_t n, CUstream s)) \
 	X(cuMemHostAlloc, "cuMemHostAlloc", (void **p, size_t bytes, unsigned int flags)) \
 	X(cuMemFreeHost, "cuMemFreeHost", (void *p)) \
+	X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", (CUdeviceptr *d, void *p, unsigned int flags)) \
 	X(cuStreamCreate, "cuStreamCreate", (CUstream *s, unsigned int flags)) \
 	X(cuStreamDestroy, "cuStreamDestroy_v2", (CUstream s)) \
 	X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream s)) \
@@ -96,6 +98,12 @@ typedef struct {
 	// cuEventElapsedTime_v2 (CUDA 12.8+) where the driver has it, else the
 	// original entry point: the same signature.
 	CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
+	// Stream memory operations: the _v2 entry points (CUDA 11.7+) where the
+	// driver has them, else the originals (the same signature); NULL when
+	// the driver has neither, and the wrappers answer
+	// CUDA_ERROR_NOT_SUPPORTED.
+	CUresult (*cuStreamWriteValue64)(CUstream s, CUdeviceptr addr, uint64_t v, unsigned int flags);
+	CUresult (*cuStreamWaitValue64)(CUstream s, CUdeviceptr addr, uint64_t v, unsigned int flags);
 } courier_cuda;
 
 // courier_cuda_open loads the library at path, looks up every entry point
@@ -135,6 +143,14 @@ static courier_cuda *courier_cuda_open(const char *path, char *err, size_t errle
 		free(c);
 		dlclose(h);
 		return NULL;
+	}
+	*(void **)(&c->cuStreamWriteValue64) = dlsym(h, "cuStreamWriteValue64_v2");
+	if (c->cuStreamWriteValue64 == NULL) {
+		*(void **)(&c->cuStreamWriteValue64) = dlsym(h, "cuStreamWriteValue64");
+	}
+	*(void **)(&c->cuStreamWaitValue64) = dlsym(h, "cuStreamWaitValue64_v2");
+	if (c->cuStreamWaitValue64 == NULL) {
+		*(void **)(&c->cuStreamWaitValue64) = dlsym(h, "cuStreamWaitValue64");
 	}
 	// When cuInit fails, *code says so and the library stays loaded for
 	// the caller to name the error (cuGetErrorName) and close it.
@@ -329,6 +345,14 @@ static courier_status courier_mem_free_host(const courier_cuda *c, uintptr_t ctx
 	COURIER_CTX_CALL(c, ctx, c->cuMemFreeHost(p))
 }
 
+static courier_status courier_mem_host_device_pointer(const courier_cuda *c, uintptr_t ctx, void *p, uint64_t *d) {
+	CUdeviceptr x = 0;
+	COURIER_PUSH(c, ctx)
+	st_.code = c->cuMemHostGetDevicePointer(&x, p, 0);
+	*d = (uint64_t)x;
+	COURIER_POP(c)
+}
+
 static courier_status courier_stream_create(const courier_cuda *c, uintptr_t ctx, unsigned int flags, uintptr_t *s) {
 	CUstream x = NULL;
 	COURIER_PUSH(c, ctx)
@@ -351,6 +375,21 @@ static courier_status courier_stream_query(const courier_cuda *c, uintptr_t ctx,
 
 static courier_status courier_stream_wait_event(const courier_cuda *c, uintptr_t ctx, uintptr_t s, uintptr_t e) {
 	COURIER_CTX_CALL(c, ctx, c->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0))
+}
+
+// CU_STREAM_WRITE_VALUE_DEFAULT: the write is preceded by a system-wide
+// memory fence, so what the stream's earlier work wrote is visible to
+// whoever sees the value.
+static courier_status courier_stream_write_value64(const courier_cuda *c, uintptr_t ctx, uintptr_t s, uint64_t addr, uint64_t v) {
+	if (c->cuStreamWriteValue64 == NULL) return courier_plain(COURIER_CUDA_NOT_SUPPORTED);
+	COURIER_CTX_CALL(c, ctx, c->cuStreamWriteValue64((CUstream)s, (CUdeviceptr)addr, v, 0))
+}
+
+// CU_STREAM_WAIT_VALUE_GEQ (0): the stream waits until the word is at
+// least v (compared as unsigned 64-bit integers).
+static courier_status courier_stream_wait_value64(const courier_cuda *c, uintptr_t ctx, uintptr_t s, uint64_t addr, uint64_t v) {
+	if (c->cuStreamWaitValue64 == NULL) return courier_plain(COURIER_CUDA_NOT_SUPPORTED);
+	COURIER_CTX_CALL(c, ctx, c->cuStreamWaitValue64((CUstream)s, (CUdeviceptr)addr, v, 0))
 }
 
 static courier_status courier_event_create(const courier_cuda *c, uintptr_t ctx, unsigned int flags, uintptr_t *e) {
@@ -650,6 +689,20 @@ func (d *driver) memHostAlloc(ctx uintptr, bytes int64, flags uint32) ([]byte, e
 
 func (d *driver) memFreeHost(ctx uintptr, b []byte) error {
 	return d.check(C.courier_mem_free_host(d.c, C.uintptr_t(ctx), hostPtr(b)), "cuMemFreeHost")
+}
+
+func (d *driver) memHostDevicePointer(ctx uintptr, b []byte) (uintptr, error) {
+	var p C.uint64_t
+	err := d.check(C.courier_mem_host_device_pointer(d.c, C.uintptr_t(ctx), hostPtr(b), &p), "cuMemHostGetDevicePointer")
+	return uintptr(p), err
+}
+
+func (d *driver) streamWriteValue64(ctx, s, addr uintptr, v uint64) error {
+	return d.check(C.courier_stream_write_value64(d.c, C.uintptr_t(ctx), C.uintptr_t(s), C.uint64_t(addr), C.uint64_t(v)), "cuStreamWriteValue64")
+}
+
+func (d *driver) streamWaitValue64(ctx, s, addr uintptr, v uint64) error {
+	return d.check(C.courier_stream_wait_value64(d.c, C.uintptr_t(ctx), C.uintptr_t(s), C.uint64_t(addr), C.uint64_t(v)), "cuStreamWaitValue64")
 }
 
 func (d *driver) streamCreate(ctx uintptr, flags uint32) (uintptr, error) {

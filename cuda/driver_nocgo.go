@@ -64,6 +64,11 @@ func (d *driver) memHostAlloc(ctx uintptr, bytes int64, flags uint32) ([]byte, e
 	return nil, errNoCgo()
 }
 func (d *driver) memFreeHost(ctx uintptr, b []byte) error { return errNoCgo() }
+func (d *driver) memHostDevicePointer(ctx uintptr, b []byte) (uintptr, error) {
+	return 0, errNoCgo()
+}
+func (d *driver) streamWriteValue64(ctx, s, addr uintptr, v uint64) error { return errNoCgo() }
+func (d *driver) streamWaitValue64(ctx, s, addr uintptr, v uint64) error  { return errNoCgo() }
 
 func (d *driver) streamCreate(ctx uintptr, flags uint32) (uintptr, error) { return 0, errNoCgo() }
 func (d *driver) streamDestroy(ctx, s uintptr) error                      { return errNoCgo() }

@@ -303,7 +303,8 @@ func MemsetAsync[T Elem](dst Slice[T], byteValue uint8, s *Stream) error {
 // Pinned is page-locked ("pinned") host memory (cuMemHostAlloc): memory
 // the CPU reads and writes as an ordinary []T, and that the GPU can copy
 // to and from asynchronously, at full speed. It is portable: usable with
-// every device's streams.
+// every device's streams, and mapped: kernels and stream memory operations
+// reach it at [Pinned.DevicePtr].
 //
 // The memory is C memory: the garbage collector neither moves nor frees
 // it. Free it with [Pinned.Free] once no copy still uses it; the []T from
@@ -330,7 +331,7 @@ func HostAlloc[T Elem](n int64) (Pinned[T], error) {
 	if err != nil || n == 0 {
 		return Pinned[T]{}, err
 	}
-	b, err := l.drv.memHostAlloc(ctx, n*size, cuMemHostAllocPortable)
+	b, err := l.drv.memHostAlloc(ctx, n*size, cuMemHostAllocPortable|cuMemHostAllocDeviceMap)
 	if err != nil {
 		return Pinned[T]{}, err
 	}
@@ -361,6 +362,27 @@ func (p Pinned[T]) Slice() []T { return p.s }
 
 // Len returns the number of elements.
 func (p Pinned[T]) Len() int64 { return int64(len(p.s)) }
+
+// DevicePtr returns the address at which the GPU reaches the memory: what
+// a kernel, or a stream memory operation ([Stream.WriteValue64],
+// [Stream.WaitValue64]), is given to read or write it
+// (cuMemHostGetDevicePointer; with unified addressing it is the host
+// address). 0 for an empty Pinned.
+func (p Pinned[T]) DevicePtr() (uintptr, error) {
+	const op = "Pinned.DevicePtr"
+	if len(p.s) == 0 {
+		return 0, nil
+	}
+	l, ctx, err := hostCtx(op)
+	if err != nil {
+		return 0, err
+	}
+	b := asBytes(p.s)
+	if !l.mem.pinned(hostAddr(b), int64(len(b))) {
+		return 0, errInvalid(op, "%#x (%d bytes) is not live page-locked memory from HostAlloc", hostAddr(b), len(b))
+	}
+	return l.drv.memHostDevicePointer(ctx, b)
+}
 
 // Free releases the memory (cuMemFreeHost). No copy may still be using it:
 // synchronize the streams that do first. Freeing an empty Pinned does

@@ -97,6 +97,46 @@ func (s *Stream) Query() (done bool, err error) {
 	return s.l.drv.streamQuery(s.ctx, h)
 }
 
+// WriteValue64 queues on s a write of v to the 8-byte word at addr
+// (cuStreamWriteValue64): once the work queued on s before it has
+// finished, with a memory fence first, so that whoever sees v (the CPU
+// reading page-locked memory, or a stream in WaitValue64) also sees what
+// that work wrote. It is a cheap completion signal: the CPU polls the word
+// in memory instead of asking the driver. addr is a device address, 8-byte
+// aligned: device memory of s's device, or page-locked host memory
+// ([Pinned.DevicePtr]). Where the driver or the device has no stream
+// memory operations, the error matches backend.ErrNotSupported.
+func (s *Stream) WriteValue64(addr uintptr, v uint64) error {
+	const op = "Stream.WriteValue64"
+	h, err := s.use(op, s.Device())
+	if err != nil {
+		return err
+	}
+	if addr == 0 || addr%8 != 0 {
+		return errInvalid(op, "address %#x is not an aligned 8-byte word", addr)
+	}
+	return s.l.drv.streamWriteValue64(s.ctx, h, addr, v)
+}
+
+// WaitValue64 makes the work queued on s after this call wait, on the GPU,
+// until the 8-byte word at addr is at least v, as unsigned integers
+// (cuStreamWaitValue64 with CU_STREAM_WAIT_VALUE_GEQ); the CPU does not
+// block. With a counter that only grows, written by WriteValue64 on
+// another stream, it orders s after that stream's work up to the write.
+// addr is as for WriteValue64, and so is the error where the driver
+// cannot.
+func (s *Stream) WaitValue64(addr uintptr, v uint64) error {
+	const op = "Stream.WaitValue64"
+	h, err := s.use(op, s.Device())
+	if err != nil {
+		return err
+	}
+	if addr == 0 || addr%8 != 0 {
+		return errInvalid(op, "address %#x is not an aligned 8-byte word", addr)
+	}
+	return s.l.drv.streamWaitValue64(s.ctx, h, addr, v)
+}
+
 // WaitEvent makes all work queued on s after this call wait, on the GPU,
 // until e has fired (cuStreamWaitEvent): the CPU does not block. e may be
 // on another device. If e has never been recorded, nothing waits.

@@ -41,14 +41,14 @@ const (
 	abortBound = 10 * time.Second
 	// asyncCheckPolls is how often (in polls of its groups) a channel with
 	// work on the GPU asks NCCL for an asynchronous error while nothing is
-	// being launched: every 0.1 ms or so while a waiter spins, every 0.1 s
+	// being launched: every 0.1 ms or so while a waiter spins, every 0.5 s
 	// or so when only the progress goroutine polls.
-	asyncCheckPolls = 256
+	asyncCheckPolls = 1024
 	// spinClock and spinYield: a spinning waiter reads the clock (for its
 	// deadline and spinFor) every spinClock polls, and lets other
 	// goroutines run every spinYield polls. Both cost as much as a poll.
 	spinClock = 32
-	spinYield = 8
+	spinYield = 64
 	// stageCap bounds the host memory a channel stages at once (pinned
 	// and device copies of host buffers): a flush of many large host
 	// messages issues them in groups of about this much, each once the
@@ -135,6 +135,7 @@ type conn struct {
 
 	wake      chan struct{} // wakes the progress goroutine
 	spinners  atomic.Int32  // goroutines polling in wait: the progress goroutine stands aside
+	busy      atomic.Bool   // work is in flight (as progressLocked last found)
 	stop      chan struct{} // closed by Close: goroutines end
 	wg        sync.WaitGroup
 	aborts    sync.WaitGroup // channel aborts in flight (abortChan)
@@ -404,6 +405,9 @@ func (c *conn) wait(r *request, timeout time.Duration) error {
 	defer func() {
 		if spinning {
 			c.spinners.Add(-1)
+			if c.busy.Load() {
+				c.kick()
+			}
 		}
 	}()
 	c.poke()
@@ -626,7 +630,13 @@ func (c *conn) launchLocked(g *group) {
 	} else {
 		c.sealLocked(g)
 	}
-	c.kick()
+	// A waiter polling now sees to it (and wakes the progress goroutine
+	// when it leaves with work in flight): waking it here would only take
+	// the CPU from the waiter (with one core per rank, as mpirun binds).
+	c.busy.Store(true)
+	if c.spinners.Load() == 0 {
+		c.kick()
+	}
 }
 
 // sealLocked has the engine queue what follows g and record its event.
@@ -658,10 +668,11 @@ func (c *conn) progressLocked() bool {
 			c.issueRecvsLocked(p)
 		}
 	}
+	c.busy.Store(busy)
 	if c.wantFlush && len(c.queue) > 0 {
-		c.issueLocked()
+		c.issueLocked() // launches set busy
 	}
-	return busy
+	return c.busy.Load()
 }
 
 // progressChanLocked advances channel i.

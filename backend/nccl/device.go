@@ -18,6 +18,10 @@ import (
 // memory.
 const stageAlign = 256
 
+// flagStride is the distance, in 8-byte words, between the completion
+// words of two channels: a cache line each.
+const flagStride = 8
+
 // minSlab is the smallest staging slab allocated.
 const minSlab = 1 << 20
 
@@ -29,7 +33,7 @@ const minSlab = 1 << 20
 // launch and by the GPU into device staging memory, on the stream before
 // the group; a receive lands in device staging memory, is copied by the
 // GPU into page-locked memory on the stream after the group, and by the CPU
-// into the user's slice when the group's event has fired (finish). Staging
+// into the user's slice when the group has finished (finish). Staging
 // memory comes in slabs, one per group, kept for reuse and freed only by
 // close (freeing device memory may wait for the device to be idle, which a
 // pending receive prevents).
@@ -55,7 +59,53 @@ type device struct {
 	// timed: launches measure the time NCCL's calls take (group.nccl), for
 	// COURIER_NCCL_TRACE.
 	timed bool
+
+	// Completion words (see useFlags): when flags is set, each channel has
+	// a word of page-locked memory, at flagStride words from the next,
+	// that its stream sets to a group's number once the group is done; seq
+	// is the number of the channel's last group. Without them, each group
+	// records an event that poll queries.
+	flags    []uint64
+	flagMem  cuda.Pinned[uint64]
+	flagAddr uintptr // the device address of flagMem
+	seq      []uint64
+	after    after // launch's seal, reused (handed to C)
 }
+
+// useFlags sets up completion words for n channels, unless the driver
+// cannot write them from a stream (then the engine stays with events and
+// useFlags says why). Polling a word in host memory costs the CPU a load;
+// querying an event is a driver call (about 1.5 µs on an H200, measured
+// with BenchmarkGPUPrimitives), which is most of a small message's
+// time on the critical path. It checks that a write from a stream reaches
+// the CPU before relying on it.
+func (d *device) useFlags(n int, probe *cuda.Stream) error {
+	mem, err := cuda.HostAlloc[uint64](int64(n+1) * flagStride)
+	if err != nil {
+		return err
+	}
+	addr, err := mem.DevicePtr()
+	if err == nil {
+		w := mem.Slice()
+		clear(w)
+		last := n * flagStride
+		if err = probe.WriteValue64(addr+uintptr(8*last), 1); err == nil {
+			err = probe.Synchronize()
+		}
+		if err == nil && atomic.LoadUint64(&w[last]) != 1 {
+			err = errors.New("a value written from a stream did not reach host memory")
+		}
+	}
+	if err != nil {
+		mem.Free()
+		return err
+	}
+	d.flagMem, d.flagAddr, d.flags, d.seq = mem, addr, mem.Slice(), make([]uint64, n)
+	return nil
+}
+
+// flagOf returns the device address of channel ch's completion word.
+func (d *device) flagOf(ch int) uintptr { return d.flagAddr + uintptr(8*ch*flagStride) }
 
 // connectBlocking makes the first contact on every channel of blocking
 // communicators: a one-byte send to each other rank and a one-byte
@@ -141,9 +191,11 @@ type slab struct {
 
 func (s *slab) size() int64 { return s.dev.Len() }
 
-// staged is the device engine's record of a group: its event, its slab and
-// the receives to copy out of the slab when it is done.
+// staged is the device engine's record of a group: its number on its
+// channel (with completion words) or its event (without), its slab and the
+// receives to copy out of the slab when it is done.
 type staged struct {
+	seq   uint64
 	ev    *cuda.Event
 	slab  *slab
 	backs []copyBack
@@ -224,8 +276,34 @@ func (d *device) launch(g *group) (bool, error) {
 		}
 		d.ops.add(comm, stream, ptr, count, channelPeer(g.ch), typ, o.recv)
 	}
-	inProgress, nccl, err := d.lib.group(d.hooks, d.ops, d.timed)
+	// With nothing to queue between the group and its seal (no staged
+	// receive to copy back), the seal goes in the same C call: one cgo
+	// call and one context switch fewer per operation.
+	var then *after
+	var ev *cuda.Event
+	if len(st.backs) == 0 {
+		if d.flags != nil {
+			d.after = afterWrite(stream, d.flagOf(g.ch), d.seq[g.ch]+1)
+		} else {
+			var err error
+			if ev, err = d.getEvent(); err != nil {
+				return false, err
+			}
+			d.after = afterRecord(stream, ev.Handle())
+		}
+		then = &d.after
+	}
+	inProgress, nccl, sealed, err := d.lib.groupThen(d.hooks, d.ops, d.timed, then)
 	g.nccl = nccl
+	switch {
+	case sealed && d.flags != nil:
+		d.seq[g.ch]++
+		st.seq = d.seq[g.ch]
+	case sealed:
+		st.ev = ev
+	case ev != nil:
+		d.events = append(d.events, ev)
+	}
 	return inProgress, err
 }
 
@@ -247,9 +325,13 @@ func (d *device) settle(ch int) (bool, error) {
 	return d.lib.asyncState(d.comms[ch])
 }
 
-// seal implements engine: the copies of staged receives, then the event.
+// seal implements engine: the copies of staged receives, then the write of
+// the group's number to the channel's completion word (or the event).
 func (d *device) seal(g *group) error {
 	st := g.res.(*staged)
+	if st.seq != 0 || st.ev != nil {
+		return nil // sealed by launch
+	}
 	for _, b := range st.backs {
 		src, err := st.slab.dev.Sub(b.off, b.off+b.n)
 		if err == nil {
@@ -258,6 +340,14 @@ func (d *device) seal(g *group) error {
 		if err != nil {
 			return fmt.Errorf("nccl: copying a staged receive of %d bytes back: %w", b.n, err)
 		}
+	}
+	if d.flags != nil {
+		d.seq[g.ch]++
+		st.seq = d.seq[g.ch]
+		if err := d.streams[g.ch].WriteValue64(d.flagOf(g.ch), st.seq); err != nil {
+			return fmt.Errorf("nccl: queueing the completion word's write after a group: %w", err)
+		}
+		return nil
 	}
 	ev, err := d.getEvent()
 	if err != nil {
@@ -273,6 +363,9 @@ func (d *device) seal(g *group) error {
 // poll implements engine.
 func (d *device) poll(g *group) (bool, error) {
 	st := g.res.(*staged)
+	if d.flags != nil {
+		return atomic.LoadUint64(&d.flags[g.ch*flagStride]) >= st.seq, nil
+	}
 	done, err := st.ev.Query()
 	if err != nil {
 		return false, fmt.Errorf("nccl: a group of %d operations failed on the GPU: %w", len(g.ops), err)
@@ -303,13 +396,16 @@ func (d *device) release(g *group) {
 		d.slabs = append(d.slabs, st.slab)
 	}
 	clear(st.backs)
-	st.ev, st.slab, st.backs = nil, nil, st.backs[:0]
+	st.seq, st.ev, st.slab, st.backs = 0, nil, nil, st.backs[:0]
 	d.staged = append(d.staged, st)
 }
 
 // waitOn implements engine.
 func (d *device) waitOn(g *group, s *cuda.Stream) error {
 	st := g.res.(*staged)
+	if d.flags != nil {
+		return s.WaitValue64(d.flagOf(g.ch), st.seq)
+	}
 	return s.WaitEvent(st.ev)
 }
 
@@ -456,6 +552,8 @@ func (d *device) close() error {
 		m.Free()
 	}
 	d.warm.Free()
+	d.flagMem.Free()
+	d.flags, d.flagMem = nil, cuda.Pinned[uint64]{}
 	d.events, d.allEvents, d.slabs, d.allSlabs, d.temps, d.allTemps = nil, nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }

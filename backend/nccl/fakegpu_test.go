@@ -50,12 +50,13 @@ func TestFakeGPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("building the fake: %v\n%s", err, out)
 	}
-	// Every child test with blocking communicators (the default), and
-	// again with non-blocking ones (whose groups the fake leaves in
-	// progress now and then).
-	for _, run := range []struct{ tests, blocking string }{
-		{"^TestFakeGPUChild", ""},
-		{"^TestFakeGPUChild", "0"},
+	// Every child test with blocking communicators and completion words
+	// (the defaults), and again with non-blocking ones (whose groups the
+	// fake leaves in progress now and then) and a driver without stream
+	// memory operations (so completion falls back to events).
+	for _, run := range []struct{ tests, blocking, noMemOps string }{
+		{"^TestFakeGPUChild", "", ""},
+		{"^TestFakeGPUChild", "0", "1"},
 	} {
 		args := []string{"-test.run=" + run.tests, "-test.count=1", "-test.timeout=10m"}
 		if testing.Verbose() {
@@ -63,13 +64,13 @@ func TestFakeGPU(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=",
-			BlockingEnv+"="+run.blocking)
+			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps)
 		out, err = cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("the child (%s=%q): %v\n%s", BlockingEnv, run.blocking, err, out)
+			t.Fatalf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q): %v\n%s", BlockingEnv, run.blocking, run.noMemOps, err, out)
 		}
 		if testing.Verbose() {
-			t.Logf("the child (%s=%q):\n%s", BlockingEnv, run.blocking, out)
+			t.Logf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q):\n%s", BlockingEnv, run.blocking, run.noMemOps, out)
 		}
 	}
 }
@@ -151,6 +152,14 @@ func TestFakeGPUChildDevice(t *testing.T) {
 	fakeGPUChild(t)
 	for _, check := range []bool{false, true} {
 		cs := realJob(t, 2, check)
+		// Completion words where the driver can write them, events where
+		// it cannot (FAKEGPU_NO_MEMOPS=1).
+		wantFlags := os.Getenv("FAKEGPU_NO_MEMOPS") != "1"
+		for _, c := range cs {
+			if got := c.eng.(*device).flags != nil; got != wantFlags {
+				t.Errorf("rank %d: completion words in use: %v, want %v", c.rank, got, wantFlags)
+			}
+		}
 		for _, n := range []int{0, 1, 1000, 3 << 20} {
 			for _, dev := range []bool{false, true} {
 				want := pattern(n, uint64(n))

@@ -91,6 +91,14 @@ const (
 	// milliseconds per group in NCCL 2.28, but NCCL can abort their
 	// creation). Anything else makes Open fail with ErrInvalid.
 	BlockingEnv = "COURIER_NCCL_BLOCKING"
+	// EventsEnv names the variable that, set to 1, makes the backend tell
+	// that a group is done by querying a CUDA event recorded after it,
+	// instead of by reading the word its channel's stream writes into
+	// page-locked memory after it (the default where the driver can write
+	// one: a memory load instead of a driver call per poll). For
+	// comparisons; anything but 0, 1 or unset makes Open fail with
+	// ErrInvalid.
+	EventsEnv = "COURIER_NCCL_EVENTS"
 	// minVersion is the oldest NCCL the backend works with:
 	// non-blocking communicators and ncclCommFinalize came in 2.14.
 	minVersion = 21400
@@ -346,6 +354,10 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 	// Every rank's own failure goes into its hello, so that all fail
 	// together.
 	blocking, lerr := blockingMode(cfg.Getenv)
+	var events bool
+	if lerr == nil {
+		events, lerr = eventsMode(cfg.Getenv)
+	}
 	var lo *local
 	if lerr == nil {
 		lo, lerr = setupLocal(cfg)
@@ -407,6 +419,13 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		if eng.warm, err = cuda.Alloc[byte](lo.dev, int64(2*job.Size)); err != nil {
 			return fail(fmt.Errorf("nccl: allocating the connection buffers: %w", err), nil)
 		}
+		if events {
+			phase("completion by events (" + EventsEnv + "=1)")
+		} else if ferr := eng.useFlags(2*job.Size, eng.streams[sendChan((job.Rank+1)%job.Size)]); ferr != nil {
+			phase("completion by events: the completion words cannot be used: " + ferr.Error())
+		} else {
+			phase("completion by words in page-locked memory")
+		}
 		if ctl, err = openControl(ctx, cfg); err != nil {
 			return fail(err, nil)
 		}
@@ -453,6 +472,18 @@ func blockingMode(getenv func(string) string) (bool, error) {
 		return false, nil
 	default:
 		return false, fmt.Errorf("nccl: %w: %s=%q: want 1 (blocking communicators, the default) or 0 (non-blocking ones)", backend.ErrInvalid, BlockingEnv, v)
+	}
+}
+
+// eventsMode reads EventsEnv: whether completion is told by events.
+func eventsMode(getenv func(string) string) (bool, error) {
+	switch v := strings.TrimSpace(getenv(EventsEnv)); v {
+	case "", "0":
+		return false, nil
+	case "1":
+		return true, nil
+	default:
+		return false, fmt.Errorf("nccl: %w: %s=%q: want 1 (completion told by CUDA events) or 0 (by words in page-locked memory, the default)", backend.ErrInvalid, EventsEnv, v)
 	}
 }
 

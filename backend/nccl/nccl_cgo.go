@@ -73,6 +73,8 @@ typedef struct {
 typedef int (*courier_nccl_ctx_push_fn)(void *ctx);
 typedef int (*courier_nccl_ctx_pop_fn)(void **ctx);
 typedef int (*courier_nccl_memcpy_fn)(unsigned long long dst, unsigned long long src, size_t bytes);
+typedef int (*courier_nccl_write_value64_fn)(void *stream, unsigned long long addr, uint64_t v, unsigned int flags);
+typedef int (*courier_nccl_event_record_fn)(void *event, void *stream);
 
 typedef struct {
 	void *h;
@@ -92,13 +94,28 @@ typedef struct {
 } courier_nccl_lib;
 
 // How a thread reaches the device: the context to push and the driver
-// functions to push, pop and copy with.
+// functions to push, pop and copy with, and to mark a group's end with
+// (writeValue64 is 0 where the driver has no stream memory operations).
 typedef struct {
 	uintptr_t ctx;
 	uintptr_t push;
 	uintptr_t pop;
 	uintptr_t memcpy;
+	uintptr_t writeValue64;
+	uintptr_t eventRecord;
 } courier_nccl_dev;
+
+// What to queue on a stream right after a group, in the same call (the
+// group's seal, when nothing else must come between): nothing, a write of
+// value to the word at target, or a record of the event target.
+enum { COURIER_AFTER_NONE = 0, COURIER_AFTER_WRITE = 1, COURIER_AFTER_RECORD = 2 };
+typedef struct {
+	int32_t kind;
+	int32_t pad;
+	uint64_t stream;
+	uint64_t target;
+	uint64_t value;
+} courier_nccl_after;
 
 // One send or receive of a group, with the communicator and stream it
 // goes on (a group may span several communicators).
@@ -238,10 +255,12 @@ typedef struct {
 	int32_t failed; // courier_nccl_group: the index of the op that failed, or -1
 	int32_t cu;     // the CUresult of a failed context push or pop
 	int64_t ns;     // courier_nccl_group with timed set: nanoseconds from ncclGroupStart until ncclGroupEnd returned
+	int32_t after;  // courier_nccl_group: the CUresult of the write or record after the group, or -1 if it was not made
+	int32_t pad;
 } courier_nccl_out;
 
 static courier_nccl_out courier_nccl_async_error(courier_nccl_lib *l, uintptr_t comm) {
-	courier_nccl_out o = {0, 0, -1, 0, 0};
+	courier_nccl_out o = {0, 0, -1, 0, 0, -1, 0};
 	ncclResult_t state = 0;
 	o.r = l->commGetAsyncError((ncclComm_t)comm, &state);
 	o.state = state;
@@ -258,10 +277,12 @@ static int64_t courier_nccl_now(void) {
 // communicator and stream, with the device's context current. If an op
 // fails, the group is still ended (NCCL's group state must not leak to the
 // next call on this thread) and the op's error is returned, with its index
-// in .failed. With timed set, .ns is the time NCCL's calls took.
+// in .failed. With timed set, .ns is the time NCCL's calls took. When the
+// group is on its stream (ncclGroupEnd said ncclSuccess), *after is queued
+// behind it and .after is its CUresult.
 static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nccl_dev *d,
-		const courier_nccl_op *ops, int n, int timed) {
-	courier_nccl_out out = {0, 0, -1, 0, 0};
+		const courier_nccl_op *ops, int n, int timed, const courier_nccl_after *after) {
+	courier_nccl_out out = {0, 0, -1, 0, 0, -1, 0};
 	int failedv = -1, cuv = 0;
 	int *failed = &failedv, *cu = &cuv;
 	if (!courier_nccl_push(d, cu)) {
@@ -296,6 +317,11 @@ static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nc
 	}
 	if (timed) {
 		out.ns = courier_nccl_now() - t0;
+	}
+	if (r == 0 && after->kind == COURIER_AFTER_WRITE && d->writeValue64 != 0) {
+		out.after = ((courier_nccl_write_value64_fn)d->writeValue64)((void *)(uintptr_t)after->stream, after->target, after->value, 0);
+	} else if (r == 0 && after->kind == COURIER_AFTER_RECORD) {
+		out.after = ((courier_nccl_event_record_fn)d->eventRecord)((void *)(uintptr_t)after->target, (void *)(uintptr_t)after->stream);
 	}
 	courier_nccl_pop(d, cu);
 	if ((r == 0 || r == 7) && *cu != 0) {
@@ -452,12 +478,21 @@ func newDevHooks(d cuda.Device) (*devHooks, error) {
 		{"cuCtxPushCurrent_v2", &h.c.push},
 		{"cuCtxPopCurrent_v2", &h.c.pop},
 		{"cuMemcpy", &h.c.memcpy},
+		{"cuEventRecord", &h.c.eventRecord},
 	} {
 		p, err := cuda.Symbol(s.name)
 		if err != nil {
 			return nil, err
 		}
 		*s.dst = C.uintptr_t(p)
+	}
+	// As the cuda package loads it: the _v2 entry point where the driver
+	// has one (0 if neither: completion words are then not used).
+	for _, name := range []string{"cuStreamWriteValue64_v2", "cuStreamWriteValue64"} {
+		if p, err := cuda.Symbol(name); err == nil && p != 0 {
+			h.c.writeValue64 = C.uintptr_t(p)
+			break
+		}
 	}
 	return h, nil
 }
@@ -511,19 +546,55 @@ func (l *library) asyncState(comm uintptr) (inProgress bool, err error) {
 // stops saying so. If timed is set, nccl is how long NCCL's calls took
 // (the rest of the call is the context's push and pop, and cgo).
 func (l *library) group(h *devHooks, ops cOps, timed bool) (inProgress bool, nccl time.Duration, err error) {
+	inProgress, nccl, _, err = l.groupThen(h, ops, timed, nil)
+	return inProgress, nccl, err
+}
+
+// after is what groupThen queues behind a group in the same call.
+type after = C.courier_nccl_after
+
+// noAfter is nothing to queue (never written: C only reads it, and a
+// package variable does not make each call allocate).
+var noAfter after
+
+// afterWrite and afterRecord describe a write of v to the word at addr,
+// and a record of event ev, on stream.
+func afterWrite(stream, addr uintptr, v uint64) after {
+	return after{kind: C.COURIER_AFTER_WRITE, stream: C.uint64_t(stream), target: C.uint64_t(addr), value: C.uint64_t(v)}
+}
+
+func afterRecord(stream, ev uintptr) after {
+	return after{kind: C.COURIER_AFTER_RECORD, stream: C.uint64_t(stream), target: C.uint64_t(ev)}
+}
+
+// groupThen is group that, once the group is on its stream, also queues
+// *then behind it (if not nil) in the same C call: done reports that it
+// was queued (an error in queueing it is err).
+func (l *library) groupThen(h *devHooks, ops cOps, timed bool, then *after) (inProgress bool, nccl time.Duration, done bool, err error) {
 	if len(ops) == 0 {
-		return false, 0, nil
+		return false, 0, false, nil
 	}
 	t := C.int(0)
 	if timed {
 		t = 1
 	}
-	out := C.courier_nccl_group(l.c, &h.c, &ops[0], C.int(len(ops)), t)
+	if then == nil {
+		then = &noAfter
+	}
+	out := C.courier_nccl_group(l.c, &h.c, &ops[0], C.int(len(ops)), t, then)
 	r, failed, cu := out.r, out.failed, C.int(out.cu)
 	nccl = time.Duration(out.ns)
 	if r == ncclInProgress {
-		return true, nccl, nil
+		return true, nccl, false, nil
 	}
+	if r == ncclSuccess && out.after > 0 {
+		what := "cuStreamWriteValue64"
+		if then.kind == C.COURIER_AFTER_RECORD {
+			what = "cuEventRecord"
+		}
+		return false, nccl, false, fmt.Errorf("nccl: %s after a group: CUresult %d", what, int(out.after))
+	}
+	done = r == ncclSuccess && out.after == 0
 	op := "ncclGroupEnd"
 	comm := uintptr(ops[0].comm)
 	if failed >= 0 {
@@ -535,7 +606,7 @@ func (l *library) group(h *devHooks, ops cOps, timed bool) (inProgress bool, ncc
 			op = fmt.Sprintf("ncclSend(%d elements to NCCL rank %d)", uint64(o.count), int(o.peer))
 		}
 	}
-	return false, nccl, l.check(int(r), op, comm, cu)
+	return false, nccl, done, l.check(int(r), op, comm, cu)
 }
 
 // abort calls ncclCommAbort: NCCL stops the communicator's work on the
@@ -601,8 +672,8 @@ func (o *cOps) add(comm, stream, buf uintptr, count uint64, peer int, typ ncclTy
 		count:  C.uint64_t(count),
 		comm:   C.uint64_t(comm),
 		stream: C.uint64_t(stream),
-		peer:  C.int32_t(peer),
-		_type: C.int32_t(typ),
-		recv:  r,
+		peer:   C.int32_t(peer),
+		_type:  C.int32_t(typ),
+		recv:   r,
 	})
 }

@@ -47,9 +47,18 @@ func (l *library) uniqueID() ([idBytes]byte, error) { return [idBytes]byte{}, er
 func (l *library) initComm(*devHooks, int, int, [idBytes]byte, bool) (uintptr, error) {
 	return 0, errNoCgo()
 }
-func (l *library) asyncState(uintptr) (bool, error)                         { return false, errNoCgo() }
+func (l *library) asyncState(uintptr) (bool, error) { return false, errNoCgo() }
 func (l *library) group(*devHooks, cOps, bool) (bool, time.Duration, error) {
 	return false, 0, errNoCgo()
+}
+
+type after struct{}
+
+func afterWrite(uintptr, uintptr, uint64) after { return after{} }
+func afterRecord(uintptr, uintptr) after        { return after{} }
+
+func (l *library) groupThen(*devHooks, cOps, bool, *after) (bool, time.Duration, bool, error) {
+	return false, 0, false, errNoCgo()
 }
 func (l *library) abort(*devHooks, uintptr) error                           { return errNoCgo() }
 func (h *devHooks) copyBytes(dst, src unsafe.Pointer, n int64) error        { return errNoCgo() }

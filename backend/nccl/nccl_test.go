@@ -69,6 +69,18 @@ func TestBlockingEnv(t *testing.T) {
 			t.Errorf("%s=%q: %v, want ErrInvalid naming the variable", BlockingEnv, v, err)
 		}
 	}
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{{"", false}, {"0", false}, {"1", true}} {
+		got, err := eventsMode(func(string) string { return c.v })
+		if err != nil || got != c.want {
+			t.Errorf("%s=%q: %v, %v; want %v", EventsEnv, c.v, got, err, c.want)
+		}
+	}
+	if _, err := eventsMode(func(string) string { return "on" }); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), EventsEnv) {
+		t.Errorf("%s=on: %v, want ErrInvalid naming the variable", EventsEnv, err)
+	}
 	// Open says so before loading anything.
 	cfg := backend.Config{
 		Job:      bootstrap.Job{Rank: 0, Size: 1, LocalRank: 0},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 	"github.com/courier-mp/courier/mp"
 )
 
-const benchUsage = `usage: courier bench [-reps N] [-lat SIZES] [-bw SIZES] [-window N] [-pattern osu|stream] [-device]
+const benchUsage = `usage: courier bench [-reps N] [-lat SIZES] [-bw SIZES] [-window N] [-pattern osu|stream] [-device] [-cpuprofile FILE]
 
 Measures point-to-point latency (half a blocking ping-pong) and bandwidth
 between ranks 0 and 1, with the backend COURIER_BACKEND names, and prints
@@ -25,7 +26,9 @@ how long Init took and the heap allocations per message. Bandwidth is, with
 -pattern osu (the default), windows of non-blocking sends, each
 acknowledged (as the OSU benchmarks measure MPI); with -pattern stream, one
 run of back-to-back sends (as bench/nccl/p2p.c measures NCCL). -device
-sends GPU memory (the rank's GPU) instead of host memory.
+sends GPU memory (the rank's GPU) instead of host memory. -cpuprofile
+writes each rank's CPU profile of the measurements to FILE.rankN (for go
+tool pprof).
 
 Started alone, it runs itself as 2 ranks with courier run; started by a
 launcher (courier run, mpirun, srun), it is one rank of that job. SIZES are
@@ -51,6 +54,7 @@ func (a *app) bench(args []string) int {
 	bw := fs.String("bw", joinSizes(cfg.BandwidthSizes), "bandwidth sizes")
 	pattern := fs.String("pattern", "osu", "bandwidth pattern: osu or stream")
 	device := fs.Bool("device", false, "send GPU memory instead of host memory")
+	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile of the measurements to `FILE`.rankN")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -101,6 +105,18 @@ func (a *app) bench(args []string) int {
 	defer comm.Close()
 	if comm.Rank() == 0 {
 		bench.Header(a.stdout, comm.Backend(), cfg, initTime)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.rank%d", *cpuProfile, comm.Rank()))
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(a.stderr, "courier bench: -cpuprofile:", err)
+			return 1
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
 	}
 	if _, err := bench.Run(comm, cfg, func(r bench.Row) { bench.PrintRow(a.stdout, r) }); err != nil {
 		fmt.Fprintln(a.stderr, "courier bench:", err)

@@ -15,8 +15,9 @@
 //   - streams, events and modules must belong to the current context.
 //
 // Build variants (-D): FAKE_INIT_RESULT=n makes cuInit fail with n;
-// FAKE_OMIT_LAUNCH leaves cuLaunchKernel out; FAKE_NDEV=n sets the device
-// count (default 2).
+// FAKE_OMIT_LAUNCH leaves cuLaunchKernel out; FAKE_OMIT_MEMOPS leaves the
+// stream memory operations (cuStreamWriteValue64, cuStreamWaitValue64)
+// out; FAKE_NDEV=n sets the device count (default 2).
 
 #include <pthread.h>
 #include <stdint.h>
@@ -61,12 +62,13 @@ struct alloc {
 	uintptr_t start;
 	size_t bytes;
 	int dev; // -1 for page-locked host memory
+	int mapped; // page-locked memory allocated with CU_MEMHOSTALLOC_DEVICEMAP
 	struct alloc *next;
 };
 
 struct event;
 
-enum { OP_COPY, OP_SET, OP_ADD_SCALAR, OP_STORE_ARGS, OP_RECORD };
+enum { OP_COPY, OP_SET, OP_ADD_SCALAR, OP_STORE_ARGS, OP_RECORD, OP_WRITE64 };
 
 struct op {
 	int kind;
@@ -170,6 +172,9 @@ static void run(struct op *o) {
 		out[5] = o->args[6];
 		break;
 	}
+	case OP_WRITE64:
+		__atomic_store_n((uint64_t *)o->dst, o->args[0], __ATOMIC_RELEASE);
+		break;
 	case OP_RECORD:
 		o->event->fired = 1;
 		o->event->stream = NULL;
@@ -378,7 +383,7 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
 	CUresult r = need_ctx();
 	if (r != OK) return r;
-	if (bytes == 0 || flags != 1) return E_INVALID_VALUE; // courier always asks for portable memory
+	if (bytes == 0 || flags != 3) return E_INVALID_VALUE; // courier always asks for portable, mapped memory
 	size_t rounded = (bytes + 4095) / 4096 * 4096;
 	struct alloc *a = malloc(sizeof *a);
 	void *m = aligned_alloc(4096, rounded);
@@ -391,11 +396,63 @@ CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
 	a->start = (uintptr_t)m;
 	a->bytes = bytes;
 	a->dev = -1;
+	a->mapped = (flags & 2) != 0;
 	a->next = allocs;
 	allocs = a;
 	*p = m;
 	RETURN(OK);
 }
+
+// cuMemHostGetDevicePointer_v2: with unified addressing, the host address.
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int flags) {
+	CUresult r = need_ctx();
+	if (r != OK) return r;
+	if (flags != 0) return E_INVALID_VALUE;
+	LOCK();
+	struct alloc *a = find((uintptr_t)p, 1, -1);
+	if (a == NULL || !a->mapped) RETURN(E_INVALID_VALUE);
+	*d = (CUdeviceptr)(uintptr_t)p;
+	RETURN(OK);
+}
+
+#ifndef FAKE_OMIT_MEMOPS
+// word_ok: an aligned 8-byte word in device memory of the current device
+// or in mapped page-locked memory.
+static int word_ok(CUdeviceptr addr) {
+	if (addr % 8 != 0) return 0;
+	if (dev_ok(addr, 8, cur()->dev)) return 1;
+	struct alloc *a = find((uintptr_t)addr, 8, -1);
+	return a != NULL && a->mapped;
+}
+
+CUresult cuStreamWriteValue64_v2(struct stream *s, CUdeviceptr addr, uint64_t v, unsigned int flags) {
+	CUresult r = need_ctx();
+	if (r != OK) return r;
+	if (flags != 0) return E_INVALID_VALUE;
+	LOCK();
+	if ((r = stream_ok(s)) != OK) RETURN(r);
+	if (!word_ok(addr)) RETURN(E_INVALID_VALUE);
+	struct op o = {.kind = OP_WRITE64, .dst = (void *)(uintptr_t)addr};
+	o.args[0] = v;
+	RETURN(submit(s, o));
+}
+
+// cuStreamWaitValue64_v2 (GEQ only): the fake runs every stream's queued
+// work first (one order the GPU might choose), and the wait is then
+// satisfied or it is an error (a real GPU would wait for a later write;
+// the fake cannot).
+CUresult cuStreamWaitValue64_v2(struct stream *s, CUdeviceptr addr, uint64_t v, unsigned int flags) {
+	CUresult r = need_ctx();
+	if (r != OK) return r;
+	if (flags != 0) return E_INVALID_VALUE;
+	LOCK();
+	if ((r = stream_ok(s)) != OK) RETURN(r);
+	if (!word_ok(addr)) RETURN(E_INVALID_VALUE);
+	flush_dev(-1);
+	if (__atomic_load_n((uint64_t *)(uintptr_t)addr, __ATOMIC_ACQUIRE) < v) RETURN(E_INVALID_VALUE);
+	RETURN(OK);
+}
+#endif
 
 CUresult cuMemFreeHost(void *p) {
 	CUresult r = need_ctx();

@@ -28,6 +28,12 @@
 //     groups reach the streams inside ncclGroupEnd;
 //   - a send or receive must lie in device memory of the communicator's
 //     device;
+//   - stream memory operations (cuStreamWriteValue64, cuStreamWaitValue64)
+//     on device memory or page-locked host memory; once one has been
+//     used, a thread of the fake's runs the streams every few
+//     microseconds, as a GPU would, so that a CPU polling memory sees the
+//     work finish; with FAKEGPU_NO_MEMOPS=1 in the environment they answer
+//     CUDA_ERROR_NOT_SUPPORTED;
 //   - ncclCommFinalize completes only once every rank of the communicator
 //     has called it (NCCL's finalize ends with a barrier of the ranks on
 //     a host), and ncclCommDestroy of a communicator not finalized, which
@@ -60,6 +66,7 @@ enum {
 	CU_NOT_FOUND = 500,
 	CU_NOT_READY = 600,
 	CU_LAUNCH_TIMEOUT = 702,
+	CU_NOT_SUPPORTED = 801,
 	CU_UNKNOWN = 999,
 };
 
@@ -129,7 +136,7 @@ static int inside(const void *p, size_t n, int dev) {
 struct comm;
 struct event;
 
-enum { W_COPY, W_RECORD, W_WAIT, W_NCCL };
+enum { W_COPY, W_RECORD, W_WAIT, W_NCCL, W_WRITE64, W_WAIT64 };
 
 struct work {
 	int kind;
@@ -137,7 +144,7 @@ struct work {
 	const void *src;
 	size_t n;
 	struct event *ev;
-	unsigned long seq; // W_RECORD: the record's number; W_WAIT: the record waited for
+	unsigned long seq; // W_RECORD: the record's number; W_WAIT: the record waited for; W_WRITE64, W_WAIT64: the value
 	// W_NCCL
 	struct comm *comm;
 	int peer, recv;
@@ -168,7 +175,10 @@ static struct stream *streams;
 // not yet on stream s.
 static int pending_launch_on(struct stream *s);
 
+static pthread_cond_t gpu_cond = PTHREAD_COND_INITIALIZER;
+
 static void push_work(struct stream *s, struct work *w) {
+	pthread_cond_signal(&gpu_cond); // the caller holds the lock
 	w->next = NULL;
 	if (s->tail) {
 		s->tail->next = w;
@@ -291,6 +301,10 @@ static void advance(void) {
 					if (w->seq > w->ev->done) w->ev->done = w->seq;
 				} else if (w->kind == W_WAIT) {
 					if (w->ev->done < w->seq) break;
+				} else if (w->kind == W_WRITE64) {
+					__atomic_store_n((uint64_t *)w->dst, (uint64_t)w->seq, __ATOMIC_RELEASE);
+				} else if (w->kind == W_WAIT64) {
+					if (__atomic_load_n((uint64_t *)w->dst, __ATOMIC_ACQUIRE) < (uint64_t)w->seq) break;
 				} else {
 					if (w->hung) break;
 					struct comm *peer = w->comm->cl->ranks[w->peer];
@@ -459,6 +473,18 @@ CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
 	return CU_OK;
 }
 
+// cuMemHostGetDevicePointer_v2: with unified addressing, the host address.
+CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned int flags) {
+	CUresult r = need_ctx();
+	if (r) return r;
+	LOCK();
+	int ok = flags == 0 && inside(p, 1, -1);
+	UNLOCK();
+	if (!ok) return CU_INVALID_VALUE;
+	*d = (unsigned long long)(uintptr_t)p;
+	return CU_OK;
+}
+
 CUresult cuMemFreeHost(void *p) {
 	CUresult r = need_ctx();
 	if (r) return r;
@@ -616,6 +642,74 @@ CUresult cuStreamQuery(struct stream *s) {
 	r = s && s->head ? CU_NOT_READY : CU_OK;
 	UNLOCK();
 	return r;
+}
+
+// The fake's "GPU": once a stream memory operation has been used, this
+// thread runs the streams as far as they go every 20 µs while they hold
+// work, and sleeps until work is queued when they do not, so that work
+// finishes without anyone asking the driver.
+static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
+
+static void *gpu_main(void *arg) {
+	(void)arg;
+	LOCK();
+	for (;;) {
+		advance();
+		int busy = 0;
+		for (struct stream *s = streams; s && !busy; s = s->next) busy = s->head != NULL;
+		if (!busy) {
+			pthread_cond_wait(&gpu_cond, &mu);
+			continue;
+		}
+		UNLOCK();
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+		LOCK();
+	}
+	return NULL;
+}
+
+static void gpu_start(void) {
+	pthread_t t;
+	if (pthread_create(&t, NULL, gpu_main, NULL) == 0) pthread_detach(t);
+}
+
+// memop queues a write (wait = 0) or a wait for at least v (wait = 1) on
+// the 8-byte word at addr, which must be device memory of the current
+// device or page-locked memory.
+static CUresult memop(struct stream *s, unsigned long long addr, uint64_t v, unsigned int flags, int wait) {
+	CUresult r = need_ctx();
+	if (r) return r;
+	const char *no = getenv("FAKEGPU_NO_MEMOPS");
+	if (no != NULL && strcmp(no, "1") == 0) return CU_NOT_SUPPORTED;
+	if (flags != 0 || addr % 8 != 0) return CU_INVALID_VALUE;
+	pthread_once(&gpu_once, gpu_start);
+	LOCK();
+	if (s == NULL || (r = stream_ok(s)) != CU_OK) {
+		UNLOCK();
+		return r ? r : CU_INVALID_HANDLE;
+	}
+	void *p = (void *)(uintptr_t)addr;
+	if (!inside(p, 8, cur()->dev) && !inside(p, 8, -1)) {
+		UNLOCK();
+		return CU_INVALID_VALUE;
+	}
+	if (pending_launch_on(s)) fail_usage("work queued on a stream while an NCCL group for it was still in progress");
+	struct work *w = calloc(1, sizeof *w);
+	w->kind = wait ? W_WAIT64 : W_WRITE64;
+	w->dst = p;
+	w->seq = v;
+	push_work(s, w);
+	UNLOCK();
+	return CU_OK;
+}
+
+CUresult cuStreamWriteValue64_v2(struct stream *s, unsigned long long addr, uint64_t v, unsigned int flags) {
+	return memop(s, addr, v, flags, 0);
+}
+
+CUresult cuStreamWaitValue64_v2(struct stream *s, unsigned long long addr, uint64_t v, unsigned int flags) {
+	return memop(s, addr, v, flags, 1);
 }
 
 // cuStreamWaitEvent queues a wait: work queued on s after it runs only

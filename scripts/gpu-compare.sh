@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# gpu-compare.sh: compare courier's benchmark with the C + NCCL program
+# (bench/nccl/p2p.c) on the GPU machine (2 GPUs, Open MPI; no Go), from the
+# repository root, with the binaries gpu-build/p2p and gpu-build/courier
+# that scripts/gpu-build.sh and scripts/gpu-run.sh made:
+#
+#   bash scripts/gpu-compare.sh [ROUNDS] [OUTDIR]
+#                          # default: 5 rounds, OUTDIR gpu-build/compare
+#   MEM=host bash scripts/gpu-compare.sh     # courier from host memory (the
+#                                            # C program always uses device
+#                                            # memory)
+#   EXTRA_C='-group' EXTRA_COURIER='-x COURIER_CHECK=1' bash scripts/gpu-compare.sh
+#                          # more flags for p2p, more mpirun options for courier
+#   B=/elsewhere bash scripts/gpu-compare.sh # the binaries from another folder
+#
+# Each round runs the C program and then courier's benchmark (the same
+# sizes), so that a drift of the machine touches both alike; each run has
+# 150 s and its raw output goes to OUTDIR/c-N.log or OUTDIR/courier-N.log.
+# A run that fails or times out is reported and its numbers left out; the
+# script goes on. At the end it prints, and writes to OUTDIR/table.md, a
+# markdown table of the medians over the rounds (courier's init against the
+# C program's init+ctx: from before the CUDA context to a connected
+# communicator), the ratio courier/C and every value. Exit status 1 if any
+# run failed. NCCL_NVLS_ENABLE=0 is set in every process (NVLink SHARP is not
+# available on that machine).
+set -uo pipefail
+
+ROUNDS=${1:-5}
+if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
+	echo "gpu-compare.sh: ROUNDS must be a positive number, not '$ROUNDS'" >&2
+	echo "usage: bash scripts/gpu-compare.sh [ROUNDS] [OUTDIR]" >&2
+	exit 2
+fi
+# OUTDIR and B, when given, are taken from where the script was started.
+OUT=${2:-}
+if [ -n "$OUT" ]; then
+	mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
+fi
+if [ -n "${B:-}" ]; then
+	B=$(cd "$B" && pwd) || exit 2
+fi
+cd "$(dirname "$0")/.." || exit 2
+B=${B:-$PWD/gpu-build}
+OUT=${OUT:-$B/compare}
+mkdir -p "$OUT" || exit 2
+for f in p2p courier; do
+	if ! [ -x "$B/$f" ]; then
+		echo "gpu-compare.sh: no $B/$f (scripts/gpu-build.sh builds courier, scripts/gpu-run.sh p2p)" >&2
+		exit 2
+	fi
+done
+
+export NCCL_NVLS_ENABLE=0
+M=(mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0)
+case ${MEM:-device} in
+device)
+	mem=(-device)
+	memory="device memory"
+	cnote=
+	;;
+host)
+	mem=()
+	memory="host memory"
+	cnote=" (the C program always uses device memory)"
+	;;
+*)
+	echo "gpu-compare.sh: MEM must be device or host, not '$MEM'" >&2
+	exit 2
+	;;
+esac
+read -ra extra_c <<<"${EXTRA_C:-}"
+read -ra extra_courier <<<"${EXTRA_COURIER:-}"
+cmd_c=("${M[@]}" ./p2p ${extra_c[@]+"${extra_c[@]}"})
+cmd_courier=("${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ${extra_courier[@]+"${extra_courier[@]}"}
+	./courier bench ${mem[@]+"${mem[@]}"} -pattern stream -lat "8,128k" -bw "2m,32m,128m,512m")
+LIMIT=150
+started=$(date -u)
+
+failed=() # "round N C (why)", for the report
+ok=()     # the awk operands: side=c FILE or side=courier FILE, in round order
+
+# run SIDE ROUND CMD...: run CMD in $B with the time limit, its output in
+# $OUT/SIDE-ROUND.log; a run that exits 0 and prints at least one result row
+# goes into ok, any other into failed.
+run() {
+	local side=$1 r=$2
+	shift 2
+	local log=$OUT/$side-$r.log start=$SECONDS rc why=
+	(cd "$B" && timeout --kill-after=10 "$LIMIT" "$@") >"$log" 2>&1
+	rc=$?
+	printf 'round %d/%d %-8s rc=%-3d %4ds\n' "$r" "$ROUNDS" "$side" "$rc" $((SECONDS - start)) >&2
+	case $rc in
+	0)
+		if ! grep -Eq '^[[:space:]]*(init|init\+ctx|latency|bandwidth)[[:space:]]+[-0-9]' "$log"; then
+			why="exit 0 but no results"
+		fi
+		;;
+	124 | 137) why="timed out after $LIMIT s" ;;
+	*) why="exit status $rc" ;;
+	esac
+	if [ -n "$why" ]; then
+		local name=C
+		[ "$side" = c ] || name=$side
+		failed+=("round $r $name ($why)")
+		echo "gpu-compare.sh: round $r: $name failed ($why); its rows are left out. The end of $log:" >&2
+		tail -n 5 "$log" | sed 's/^/    /' >&2
+		return
+	fi
+	ok+=("side=$side" "$log")
+}
+
+for ((r = 1; r <= ROUNDS; r++)); do
+	run c "$r" "${cmd_c[@]}"
+	run courier "$r" "${cmd_courier[@]}"
+done
+
+# The table, from the result rows of the runs that passed (a row's first
+# field is init, init+ctx, latency or bandwidth; anything else in the logs,
+# stderr and NCCL's warnings included, is skipped, and so is a row whose
+# numbers do not parse). In a run, the first row of each measure counts.
+table() {
+	awk '
+	function isnum(s) { return s ~ /^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
+	function isint(s) { return s ~ /^[0-9]+$/ }
+	function human(b) {
+		if (b >= 1073741824 && b % 1073741824 == 0) return (b / 1073741824) " GiB"
+		if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) " MiB"
+		if (b >= 1024 && b % 1024 == 0) return (b / 1024) " KiB"
+		return b " B"
+	}
+	# add(KEY, KIND, BYTES, VALUE): one value of this run for KEY.
+	function add(key, kind, bytes, v) {
+		if ((FILENAME, side, key) in seen) return 0
+		seen[FILENAME, side, key] = 1
+		if (!(key in kindof)) {
+			nkeys++
+			keys[nkeys] = key
+			kindof[key] = kind
+			bytesof[key] = bytes
+		}
+		n[side, key]++
+		val[side, key, n[side, key]] = v
+		return 1
+	}
+	# median(SIDE, KEY): of the values, sorted; "" when there are none.
+	function median(s, key,    c, i, j, t, a) {
+		c = n[s, key] + 0
+		if (c == 0) return ""
+		for (i = 1; i <= c; i++) a[i] = val[s, key, i] + 0
+		for (i = 2; i <= c; i++) {
+			t = a[i]
+			for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]
+			a[j + 1] = t
+		}
+		if (c % 2 == 1) return a[(c + 1) / 2]
+		return (a[c / 2] + a[c / 2 + 1]) / 2
+	}
+	function values(s, key,    c, i, out) {
+		c = n[s, key] + 0
+		out = ""
+		for (i = 1; i <= c; i++) out = out (i > 1 ? " " : "") val[s, key, i]
+		return c ? out : "-"
+	}
+	function rank(key) {
+		return (kindof[key] == "init" ? 0 : kindof[key] == "latency" ? 1 : 2)
+	}
+	function before(x, y) {
+		if (rank(x) != rank(y)) return rank(x) < rank(y)
+		return bytesof[x] + 0 < bytesof[y] + 0
+	}
+	{ sub(/\r$/, "") }
+	($1 == "init" && side == "courier") || ($1 == "init+ctx" && side == "c") {
+		if (NF >= 3 && $2 == "-" && isnum($3)) add("init", "init", 0, $3)
+		next
+	}
+	$1 == "latency" {
+		if (NF >= 4 && isint($2) && isnum($3) && add("latency " $2, "latency", $2, $3)) {
+			if (side == "courier" && NF >= 5 && isnum($5)) {
+				k = "latency " $2
+				if (!(k in allocs) || $5 + 0 > allocs[k] + 0) allocs[k] = $5
+			}
+		}
+		next
+	}
+	$1 == "bandwidth" {
+		if (NF >= 4 && isint($2) && $3 == "-" && isnum($4)) add("bandwidth " $2, "bandwidth", $2, $4)
+		next
+	}
+	END {
+		for (i = 2; i <= nkeys; i++) {
+			t = keys[i]
+			for (j = i - 1; j >= 1 && before(t, keys[j]); j--) keys[j + 1] = keys[j]
+			keys[j + 1] = t
+		}
+		print "| measure | C median | courier median | courier/C | C runs | courier runs |"
+		print "| --- | ---: | ---: | ---: | --- | --- |"
+		for (i = 1; i <= nkeys; i++) {
+			k = keys[i]
+			kind = kindof[k]
+			if (kind == "init") { name = "init (µs)"; f = "%.1f" }
+			else if (kind == "latency") { name = "latency " human(bytesof[k]) " (µs)"; f = "%.2f" }
+			else { name = "bandwidth " human(bytesof[k]) " (GB/s)"; f = "%.3f" }
+			mc = median("c", k)
+			mr = median("courier", k)
+			ratio = (mc != "" && mr != "" && mc + 0 > 0) ? sprintf("%.3f", mr / mc) : "-"
+			printf "| %s | %s | %s | %s | %s | %s |\n", name, \
+				(mc == "" ? "-" : sprintf(f, mc)), (mr == "" ? "-" : sprintf(f, mr)), ratio, \
+				values("c", k), values("courier", k)
+		}
+		if (nkeys == 0) print "| (no results) | - | - | - | - | - |"
+		print ""
+		print "courier/C is the ratio of the medians: for init and latency lower is better, for bandwidth higher is better."
+		print ""
+		line = ""
+		for (i = 1; i <= nkeys; i++) {
+			k = keys[i]
+			if (k in allocs) line = line (line == "" ? "" : ", ") human(bytesof[k]) " " allocs[k]
+		}
+		print "courier allocs/msg (max over runs, latency rows): " (line == "" ? "-" : line)
+	}
+	' "$@"
+}
+
+# shown CMD...: CMD as one line to paste into a shell (quoted only where
+# needed).
+shown() {
+	local a out=
+	for a in "$@"; do
+		if ! [[ $a =~ ^[-A-Za-z0-9_./:=,+@%]+$ ]]; then
+			a=$(printf '%q' "$a")
+		fi
+		out+="${out:+ }$a"
+	done
+	echo "$out"
+}
+
+# The NCCL version, from the first C header line ("# C + NCCL 22803, ...").
+nccl_version() {
+	local f v
+	for ((r = 1; r <= ROUNDS; r++)); do
+		f=$OUT/c-$r.log
+		[ -f "$f" ] || continue
+		v=$(awk '$1 == "#" && $2 == "C" && $3 == "+" && $4 == "NCCL" { v = $5; sub(/,$/, "", v); print v; exit }' "$f")
+		if [ -n "$v" ]; then
+			if [[ $v =~ ^[0-9]+$ ]] && [ "$v" -ge 20900 ]; then
+				v="$v ($((v / 10000)).$((v % 10000 / 100)).$((v % 100)))"
+			fi
+			echo "$v"
+			return
+		fi
+	done
+	echo unknown
+}
+
+{
+	echo "## C + NCCL (device memory) vs courier (nccl backend, $memory, stream pattern): medians of $ROUNDS rounds$cnote"
+	echo
+	table ${ok[@]+"${ok[@]}"}
+	echo
+	echo "Commands (in $B): C \`$(shown "${cmd_c[@]}")\`; courier \`$(shown "${cmd_courier[@]}")\`; NCCL $(nccl_version); $started to $(date -u)."
+	echo
+	if [ ${#failed[@]} -gt 0 ]; then
+		echo "FAILED runs, left out: $(printf '%s; ' "${failed[@]}" | sed 's/; $//')."
+	else
+		echo "All runs passed ($ROUNDS of each)."
+	fi
+} | tee "$OUT/table.md"
+
+if [ ${#failed[@]} -gt 0 ]; then
+	exit 1
+fi
+exit 0
