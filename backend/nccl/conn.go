@@ -297,6 +297,9 @@ func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 	r := newRequest(c, false, buf, dest, tag, caller)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.trace != nil {
+		c.trace.posted(time.Now())
+	}
 	if err := c.usableLocked(dest, false); err != nil {
 		r.recycle()
 		return nil, err
@@ -346,6 +349,9 @@ func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 	r := newRequest(c, true, buf, source, tag, caller)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.trace != nil {
+		c.trace.posted(time.Now())
+	}
 	if err := c.usableLocked(source, true); err != nil {
 		r.recycle()
 		return nil, err
@@ -410,6 +416,14 @@ func (c *conn) wait(r *request, timeout time.Duration) error {
 			}
 		}
 	}()
+	if c.trace != nil {
+		defer func() {
+			now := time.Now()
+			c.mu.Lock()
+			c.trace.returned(now)
+			c.mu.Unlock()
+		}()
+	}
 	c.poke()
 	if r.done.Load() {
 		return nil
@@ -1083,6 +1097,26 @@ type traceStats struct {
 	gaps    int64
 	gap     time.Duration
 	lastEnd time.Time
+	// The gap in three: from the completion to Wait's return, from there
+	// to the next Isend or Irecv, and from there to the launch.
+	lastRet, lastPost time.Time
+	toRet, toPost     time.Duration
+	toLaunch          time.Duration
+	split             int64
+}
+
+// returned notes that a wait returned now; posted, that an operation was
+// posted now.
+func (t *traceStats) returned(now time.Time) {
+	if t.lastRet.IsZero() {
+		t.lastRet = now
+	}
+}
+
+func (t *traceStats) posted(now time.Time) {
+	if t.lastPost.IsZero() {
+		t.lastPost = now
+	}
 }
 
 type traceDir struct {
@@ -1096,12 +1130,20 @@ func (t *traceStats) launched(now time.Time) {
 	if !t.lastEnd.IsZero() {
 		t.gaps++
 		t.gap += now.Sub(t.lastEnd)
+		if r, p := t.lastRet, t.lastPost; !r.Before(t.lastEnd) && !p.Before(r) && !now.Before(p) {
+			t.split++
+			t.toRet += r.Sub(t.lastEnd)
+			t.toPost += p.Sub(r)
+			t.toLaunch += now.Sub(p)
+		}
 		t.lastEnd = time.Time{}
 	}
+	t.lastRet, t.lastPost = time.Time{}, time.Time{}
 }
 
 func (t *traceStats) add(g *group, done time.Time) {
 	t.lastEnd = done
+	t.lastRet, t.lastPost = time.Time{}, time.Time{}
 	if g.t0.IsZero() || g.t2.IsZero() {
 		return
 	}
@@ -1126,5 +1168,10 @@ func (t *traceStats) report(rank int) {
 	if t.gaps > 0 {
 		fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: mean time from a group's completion to the next launch: %v (%d times)\n",
 			rank, t.gap/time.Duration(t.gaps), t.gaps)
+	}
+	if t.split > 0 {
+		n := time.Duration(t.split)
+		fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: of which until Wait returned %v, then until the next post %v, then until its launch %v (%d times)\n",
+			rank, t.toRet/n, t.toPost/n, t.toLaunch/n, t.split)
 	}
 }

@@ -363,3 +363,55 @@ func TestFakeGPUChildAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeGPUChildSplit: a flush bigger than groupBytes goes as several
+// NCCL groups, one after the other, and the data arrive whole and in order
+// (host and device buffers, with and without checks).
+func TestFakeGPUChildSplit(t *testing.T) {
+	fakeGPUChild(t)
+	defer func(old int64) { groupBytes = old }(groupBytes)
+	groupBytes = 1000
+	const msgs, n = 7, 600
+	for _, check := range []bool{false, true} {
+		cs := realJob(t, 2, check)
+		for _, dev := range []bool{false, true} {
+			ranks(cs, func(r int, c *conn) {
+				peer := 1 - r
+				hosts := make([][]byte, msgs)
+				devs := make([]cuda.Slice[byte], msgs)
+				reqs := make([]backend.Request, msgs)
+				for i := range msgs {
+					hosts[i] = make([]byte, n)
+					b := bufOf(hosts[i], backend.Uint8)
+					if dev {
+						devs[i] = devBuf(t, c, n)
+						b = devDesc(c, devs[i])
+					}
+					if r == 0 {
+						if dev {
+							toDevice(t, devs[i], pattern(n, uint64(i)))
+						} else {
+							copy(hosts[i], pattern(n, uint64(i)))
+						}
+						reqs[i] = isend(t, c, b, peer, 3)
+					} else {
+						reqs[i] = irecv(t, c, b, peer, 3)
+					}
+				}
+				waitAll(t, reqs...)
+				if r == 0 {
+					return
+				}
+				for i := range msgs {
+					got := hosts[i]
+					if dev {
+						got = fromDevice(t, devs[i])
+					}
+					if !bytes.Equal(got, pattern(n, uint64(i))) {
+						t.Errorf("check=%v device=%v: message %d arrived wrong", check, dev, i)
+					}
+				}
+			})
+		}
+	}
+}
