@@ -11,6 +11,9 @@
 #                                            # memory)
 #   EXTRA_C='-group' EXTRA_COURIER='-x COURIER_CHECK=1' bash scripts/gpu-compare.sh
 #                          # more flags for p2p, more mpirun options for courier
+#   MPIRUN_EXTRA='--map-by slot:PE=4' bash scripts/gpu-compare.sh
+#                          # more mpirun options for both (here: 4 cores per
+#                          # rank instead of mpirun's default of one)
 #   B=/elsewhere bash scripts/gpu-compare.sh # the binaries from another folder
 #
 # Each round runs the C program and then courier's benchmark (the same
@@ -51,7 +54,8 @@ for f in p2p courier; do
 done
 
 export NCCL_NVLS_ENABLE=0
-M=(mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0)
+read -ra mpirun_extra <<<"${MPIRUN_EXTRA:-}"
+M=(mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 "${mpirun_extra[@]}")
 case ${MEM:-device} in
 device)
 	mem=(-device)

@@ -86,23 +86,25 @@ else
 	failed+=(pingpong-digests)
 fi
 
-# The benchmark beside the C program, one after the other in one run.
+# The benchmark beside the C program: 5 rounds of each, interleaved, and
+# the table of medians and ratios (scripts/gpu-compare.sh); then courier
+# from host memory (staged through page-locked memory).
 sizes=(-lat 8,128k -bw 2m,32m,128m,512m)
-# A wait longer than COURIER_TIMEOUT aborts and lists what was pending.
-step bench-nccl-small 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=20s ./courier bench -device -pattern stream -reps 1 -lat 8 -bw 2m
-step bench-c 150 "${M[@]}" ./p2p
-step bench-nccl-device 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -device -pattern stream "${sizes[@]}"
-step bench-c-again 150 "${M[@]}" ./p2p
+step compare 400 env B="$B" bash "$B/../scripts/gpu-compare.sh" 5 "$LOG/compare"
 step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -pattern stream "${sizes[@]}"
 # Why the channels are blocking communicators: NCCL's non-blocking ones,
 # from C and from courier (about 4 ms per group in NCCL 2.28).
 step bench-c-nonblocking 120 "${M[@]}" ./p2p -nonblocking
 step trace-nonblocking 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 -x COURIER_NCCL_BLOCKING=0 ./pingpong -device -iters 20 -max 64
-for f in info trace bench-c-twocomms bench-nccl-small bench-c bench-nccl-device bench-c-again bench-nccl-host bench-c-nonblocking trace-nonblocking; do
+for f in info trace bench-c-twocomms bench-nccl-host bench-c-nonblocking trace-nonblocking; do
 	[ -f "$LOG/$f.log" ] || continue
 	echo "== $f"
 	grep -E '^(#|kind|init|latency|bandwidth|courier nccl trace| +[0-9]+ +[0-9.]+ +[0-9.]+$|launcher|backend|COURIER|cuda|nccl| +cuda:)' "$LOG/$f.log"
 done
+if [ -f "$LOG/compare/table.md" ]; then
+	echo "== compare"
+	cat "$LOG/compare/table.md"
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "FAILED: ${failed[*]}"

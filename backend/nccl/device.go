@@ -22,14 +22,6 @@ const stageAlign = 256
 // words of two channels: a cache line each.
 const flagStride = 8
 
-// groupBytes bounds the bytes of one NCCL group on blocking
-// communicators: a larger group of several operations is issued as several
-// NCCL groups, one after the other on the stream, each of at least one
-// operation. Measured on 2 × H200 with NCCL 2.28: one group of many 32 MiB
-// sends to a peer beats one call per send by 5 %; one of many 128 MiB
-// sends loses 1.5 %.
-var groupBytes int64 = 128 << 20 // a variable for the tests
-
 // minSlab is the smallest staging slab allocated.
 const minSlab = 1 << 20
 
@@ -302,28 +294,6 @@ func (d *device) launch(g *group) (bool, error) {
 		then = &d.after
 	}
 	ops := d.ops
-	if d.blocking {
-		// Split a big group (see groupBytes): every part but the last
-		// goes here; the last one, with the seal, below.
-		var start int
-		var bytes int64
-		for i, o := range g.ops {
-			n := o.bytes()
-			if i > start && bytes+n > groupBytes {
-				_, t, _, err := d.lib.groupThen(d.hooks, d.ops[start:i], d.timed, nil)
-				g.nccl += t
-				if err != nil {
-					if ev != nil {
-						d.events = append(d.events, ev)
-					}
-					return false, err
-				}
-				start, bytes = i, 0
-			}
-			bytes += n
-		}
-		ops = d.ops[start:]
-	}
 	inProgress, nccl, sealed, err := d.lib.groupThen(d.hooks, ops, d.timed, then)
 	g.nccl += nccl
 	switch {

@@ -419,21 +419,39 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		if eng.warm, err = cuda.Alloc[byte](lo.dev, int64(2*job.Size)); err != nil {
 			return fail(fmt.Errorf("nccl: allocating the connection buffers: %w", err), nil)
 		}
+		// The completion words are set up while the ranks meet and NCCL
+		// creates the communicators (page-locked memory takes a while to
+		// allocate); joinFlags waits for that, once, before anything
+		// else touches the engine's memory.
+		flagsDone := make(chan error, 1)
 		if events {
-			phase("completion by events (" + EventsEnv + "=1)")
-		} else if ferr := eng.useFlags(2*job.Size, eng.streams[sendChan((job.Rank+1)%job.Size)]); ferr != nil {
-			phase("completion by events: the completion words cannot be used: " + ferr.Error())
+			flagsDone <- errors.New(EventsEnv + "=1")
 		} else {
-			phase("completion by words in page-locked memory")
+			go func() { flagsDone <- eng.useFlags(2*job.Size, eng.streams[sendChan((job.Rank+1)%job.Size)]) }()
+		}
+		var joined bool
+		joinFlags := func() {
+			if joined {
+				return
+			}
+			joined = true
+			if ferr := <-flagsDone; ferr != nil {
+				phase("completion by events: " + ferr.Error())
+			} else {
+				phase("completion by words in page-locked memory")
+			}
 		}
 		if ctl, err = openControl(ctx, cfg); err != nil {
+			joinFlags()
 			return fail(err, nil)
 		}
 		phase("the host connection open")
 		if err = initComms(ctx, eng, job.Rank, job.Size, hellos); err != nil {
+			joinFlags()
 			return fail(err, ctl)
 		}
 		phase("the NCCL communicators made")
+		joinFlags()
 	}
 	var tr *traceStats
 	if traced {
