@@ -83,12 +83,13 @@ const (
 // one group (ncclGroupStart, every ncclSend or ncclRecv, ncclGroupEnd, in
 // one C call with the device's context current) on the channel's stream.
 //
-// A group is on the stream once ncclGroupEnd, or after ncclInProgress
-// ncclCommGetAsyncError, says so; only then are the copies that follow it
-// queued and its event recorded (an event recorded earlier would prove
-// nothing), and only then may the channel take another group. A request
-// completes when its group's event has fired. A channel's groups finish
-// in order.
+// A group is on the stream once ncclGroupEnd (blocking communicators, the
+// default), or after ncclInProgress ncclCommGetAsyncError (non-blocking
+// ones), says so; only then are the copies that follow it queued and its
+// seal put behind it (the write of its number to the channel's completion
+// word, or an event record: either made earlier would prove nothing), and
+// only then may the channel take another group. A request completes when
+// its group's seal is seen. A channel's groups finish in order.
 //
 // Without checks, messages from one rank are received in the order they
 // were sent: NCCL has no tags. A message to oneself never touches NCCL: it
@@ -653,7 +654,7 @@ func (c *conn) launchLocked(g *group) {
 	}
 }
 
-// sealLocked has the engine queue what follows g and record its event.
+// sealLocked has the engine queue what follows g, and its seal.
 func (c *conn) sealLocked(g *group) {
 	if err := c.eng.seal(g); err != nil {
 		c.failChanLocked(g.ch, err)

@@ -36,18 +36,20 @@ type engine interface {
 	// communicator failed.
 	settle(ch int) (inProgress bool, err error)
 	// seal queues what must follow g on its stream (copies of staged
-	// receives back to pinned host memory) and records g's event. It is
+	// receives back to pinned host memory) and g's seal (the write of its
+	// number to the channel's completion word, or an event record). It is
 	// called once g is on the stream.
 	seal(g *group) error
-	// poll reports, without blocking, whether g's event has fired.
+	// poll reports, without blocking, whether g's seal has been reached.
 	poll(g *group) (done bool, err error)
 	// finish is called once g is done: it copies staged receives into the
-	// user's host buffers and releases g's staging memory and event.
+	// user's host buffers and releases g's staging memory and event (if
+	// any).
 	finish(g *group)
 	// release gives g's resources back without copying anything (g was
 	// abandoned: its channel was aborted).
 	release(g *group)
-	// waitOn makes stream s wait, on the GPU, for g's event.
+	// waitOn makes stream s wait, on the GPU, for g's seal.
 	waitOn(g *group, s *cuda.Stream) error
 	// follow makes channel ch's stream wait, on the GPU, for the work
 	// queued on stream s so far: what is issued on the channel afterwards
@@ -131,16 +133,16 @@ type group struct {
 	// said otherwise. At most one group per channel (its newest) is
 	// launching.
 	launching bool
-	// sealed: the group is on the stream and its event is recorded.
+	// sealed: the group is on the stream and its seal behind it.
 	sealed bool
-	// res is the engine's per-group state (event, staging memory).
+	// res is the engine's per-group state (seal, staging memory).
 	res any
 	// staged is the size of the host buffers of its operations (staged
 	// through the engine's memory).
 	staged int64
 	// t0, t1, t2: when launch began and returned, and when the group was
 	// sealed; nccl: how long NCCL's calls took in the launch; polls: how
-	// often its event was queried (only with COURIER_NCCL_TRACE).
+	// often its seal was polled (only with COURIER_NCCL_TRACE).
 	t0, t1, t2 time.Time
 	nccl       time.Duration
 	polls      int64

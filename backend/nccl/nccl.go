@@ -334,10 +334,10 @@ func decodeHello(k, size int, b []byte) (hello, error) {
 // the others, with the NCCL unique IDs of the channels it sends on (one
 // per other rank: the sender of a channel makes its ID), through
 // cfg.Exchange; if any rank cannot join, every rank fails with its reason.
-// The ranks then open the host connection (a second AllGather), create a
-// non-blocking NCCL communicator of two ranks for each direction between
-// two ranks (all at once, polled until ready; aborted if ctx ends first),
-// and connect every channel with a one-byte message.
+// The ranks then open the host connection (a second AllGather), create an
+// NCCL communicator of two ranks for each direction between two ranks (all
+// at once; bounded by ctx), and connect every channel with a one-byte
+// message. Meanwhile each rank sets up its completion words.
 func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
 	openStart := time.Now()
 	traced := cfg.Getenv("COURIER_NCCL_TRACE") != ""
@@ -508,9 +508,9 @@ func eventsMode(getenv func(string) string) (bool, error) {
 // initComms creates the NCCL communicator of every channel: for each
 // other rank p, the channel from this rank to p (this rank is its NCCL
 // rank 0, with the ID this rank made) and the one from p (NCCL rank 1,
-// with p's ID). All are non-blocking and start at once; initComms polls
-// until all are ready. If ctx ends first (a rank never came, or failed on
-// its way), the caller aborts them.
+// with p's ID). They start at once: blocking ones each on a goroutine
+// (initBlocking), non-blocking ones polled until ready. If ctx ends first
+// (a rank never came, or failed on its way), the caller aborts them.
 func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) error {
 	if d.blocking {
 		return initBlocking(ctx, d, rank, size, hellos)
