@@ -107,15 +107,20 @@ func (s *Stream) Query() (done bool, err error) {
 // ([Pinned.DevicePtr]). Where the driver or the device has no stream
 // memory operations, the error matches backend.ErrNotSupported.
 func (s *Stream) WriteValue64(addr uintptr, v uint64) error {
-	const op = "Stream.WriteValue64"
-	h, err := s.use(op, s.Device())
+	h, err := s.useWord("Stream.WriteValue64", addr)
 	if err != nil {
 		return err
 	}
-	if addr == 0 || addr%8 != 0 {
-		return errInvalid(op, "address %#x is not an aligned 8-byte word", addr)
-	}
 	return s.l.drv.streamWriteValue64(s.ctx, h, addr, v)
+}
+
+// useWord is use for a stream memory operation on the word at addr.
+func (s *Stream) useWord(op string, addr uintptr) (uintptr, error) {
+	h, err := s.use(op, s.Device())
+	if err == nil && (addr == 0 || addr%8 != 0) {
+		err = errInvalid(op, "address %#x is not an aligned 8-byte word", addr)
+	}
+	return h, err
 }
 
 // WaitValue64 makes the work queued on s after this call wait, on the GPU,
@@ -126,13 +131,9 @@ func (s *Stream) WriteValue64(addr uintptr, v uint64) error {
 // addr is as for WriteValue64, and so is the error where the driver
 // cannot.
 func (s *Stream) WaitValue64(addr uintptr, v uint64) error {
-	const op = "Stream.WaitValue64"
-	h, err := s.use(op, s.Device())
+	h, err := s.useWord("Stream.WaitValue64", addr)
 	if err != nil {
 		return err
-	}
-	if addr == 0 || addr%8 != 0 {
-		return errInvalid(op, "address %#x is not an aligned 8-byte word", addr)
 	}
 	return s.l.drv.streamWaitValue64(s.ctx, h, addr, v)
 }

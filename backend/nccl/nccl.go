@@ -483,25 +483,32 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 // blockingMode reads BlockingEnv: whether the channels are blocking
 // communicators.
 func blockingMode(getenv func(string) string) (bool, error) {
-	switch v := strings.TrimSpace(getenv(BlockingEnv)); v {
-	case "", "1":
-		return true, nil
-	case "0":
-		return false, nil
-	default:
-		return false, fmt.Errorf("nccl: %w: %s=%q: want 1 (blocking communicators, the default) or 0 (non-blocking ones)", backend.ErrInvalid, BlockingEnv, v)
-	}
+	return envSwitch(getenv, BlockingEnv, true, "blocking communicators", "non-blocking ones")
 }
 
 // eventsMode reads EventsEnv: whether completion is told by events.
 func eventsMode(getenv func(string) string) (bool, error) {
-	switch v := strings.TrimSpace(getenv(EventsEnv)); v {
-	case "", "0":
-		return false, nil
+	return envSwitch(getenv, EventsEnv, false, "completion told by CUDA events", "by words in page-locked memory")
+}
+
+// envSwitch reads the variable name as 1 (true), 0 (false) or unset (def);
+// anything else is an error matching ErrInvalid that says what 1 and 0
+// mean (on and off) and which is the default.
+func envSwitch(getenv func(string) string, name string, def bool, on, off string) (bool, error) {
+	switch v := strings.TrimSpace(getenv(name)); v {
+	case "":
+		return def, nil
 	case "1":
 		return true, nil
+	case "0":
+		return false, nil
 	default:
-		return false, fmt.Errorf("nccl: %w: %s=%q: want 1 (completion told by CUDA events) or 0 (by words in page-locked memory, the default)", backend.ErrInvalid, EventsEnv, v)
+		if def {
+			on += ", the default"
+		} else {
+			off += ", the default"
+		}
+		return false, fmt.Errorf("nccl: %w: %s=%q: want 1 (%s) or 0 (%s)", backend.ErrInvalid, name, v, on, off)
 	}
 }
 
