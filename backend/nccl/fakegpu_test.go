@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -362,4 +363,56 @@ func TestFakeGPUChildAllocs(t *testing.T) {
 			t.Errorf("device %v: %.2f allocations per round trip, want 0", dev, allocs)
 		}
 	}
+}
+
+// TestFakeGPUChildOpenBounded: when NCCL's (blocking) communicator
+// creation never returns, Open still returns, with an error that says
+// what did not finish, once its context ends.
+func TestFakeGPUChildOpenBounded(t *testing.T) {
+	fakeGPUChild(t)
+	if os.Getenv(BlockingEnv) == "0" {
+		t.Skip("non-blocking communicators: their creation is polled and aborted (TestFakeGPUChildDevice covers them)")
+	}
+	t.Setenv("FAKEGPU_INIT_NEVER", "1")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k [16]byte
+	rand.Read(k[:])
+	const bound = 2 * time.Second
+	var wg sync.WaitGroup
+	for r := range 2 {
+		job := bootstrap.Job{Rank: r, Size: 2, LocalRank: r, LocalSize: 2, Launcher: "test",
+			Key: hex.EncodeToString(k[:]), Addr: ln.Addr().String()}
+		if r == 0 {
+			job.Listener = ln
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			ex, err := bootstrap.Connect(ctx, job)
+			if err != nil {
+				t.Errorf("rank %d: bootstrap: %v", r, err)
+				return
+			}
+			defer ex.Close()
+			start := time.Now()
+			bc, err := Driver{}.Open(ctx, backend.Config{Job: job, Exchange: ex, Env: os.Getenv})
+			took := time.Since(start)
+			if err == nil {
+				bc.Close()
+				t.Errorf("rank %d: Open succeeded with a communicator that never finished", r)
+				return
+			}
+			t.Logf("rank %d: Open after %v: %v", r, took.Round(time.Millisecond), err)
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not finish") {
+				t.Errorf("rank %d: Open: %v, want an error saying what did not finish, matching context.DeadlineExceeded", r, err)
+			}
+			if took > bound+5*time.Second {
+				t.Errorf("rank %d: Open returned %v after its context's end", r, took-bound)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -28,6 +28,8 @@
 //     groups reach the streams inside ncclGroupEnd;
 //   - a send or receive must lie in device memory of the communicator's
 //     device;
+//   - with FAKEGPU_INIT_NEVER=1 in the environment, a blocking
+//     communicator's initialization as NCCL rank 1 never returns;
 //   - stream memory operations (cuStreamWriteValue64, cuStreamWaitValue64)
 //     on device memory or page-locked host memory; once one has been
 //     used, a thread of the fake's runs the streams every few
@@ -893,6 +895,16 @@ ncclResult_t ncclCommInitRankConfig(struct comm **out, int nranks, ncclUniqueId 
 		if (*ints[i] != INT_MIN) return bad(NCCL_INVALID_ARGUMENT, "config: a field other than blocking is set");
 	}
 	if (cfg->netName != NULL || cfg->commName != NULL) return bad(NCCL_INVALID_ARGUMENT, "config: a name is set");
+	// FAKEGPU_INIT_NEVER=1: a blocking initialization as NCCL rank 1 never
+	// returns (a peer that stopped answering), and never joins, so its
+	// peer's waits too.
+	const char *never = getenv("FAKEGPU_INIT_NEVER");
+	if (never != NULL && strcmp(never, "1") == 0 && cfg->blocking && rank == 1) {
+		for (;;) {
+			struct timespec ts = {1, 0};
+			nanosleep(&ts, NULL);
+		}
+	}
 	uint32_t h;
 	memcpy(&h, &id.internal[ID_BYTES - 4], 4);
 	if (h != id_sum(id.internal)) return bad(NCCL_INVALID_ARGUMENT, "the unique ID was not made by ncclGetUniqueId (passed by value wrongly?)");
