@@ -70,6 +70,7 @@ type device struct {
 	flagAddr uintptr // the device address of flagMem
 	seq      []uint64
 	after    after // launch's seal, reused (handed to C)
+	waitedOn bool  // a stream was made to wait on a completion word (waitOn)
 }
 
 // useFlags sets up completion words for n channels, unless the driver
@@ -319,11 +320,22 @@ func channelPeer(ch int) int {
 }
 
 // settle implements engine.
+//
+// With completion words it also queries the channel's stream: a fault on
+// the GPU (the context's sticky error) stops the stream before the word is
+// written, and polling the word would never end; the query returns the
+// error, and the channel fails with it.
 func (d *device) settle(ch int) (bool, error) {
 	if d.comms[ch] == 0 {
 		return false, nil
 	}
-	return d.lib.asyncState(d.comms[ch])
+	inProgress, err := d.lib.asyncState(d.comms[ch])
+	if err == nil && d.flags != nil {
+		if _, qerr := d.streams[ch].Query(); qerr != nil {
+			err = fmt.Errorf("nccl: the channel's stream failed: %w", qerr)
+		}
+	}
+	return inProgress, err
 }
 
 // seal implements engine: the copies of staged receives, then the write of
@@ -405,6 +417,7 @@ func (d *device) release(g *group) {
 func (d *device) waitOn(g *group, s *cuda.Stream) error {
 	st := g.res.(*staged)
 	if d.flags != nil {
+		d.waitedOn = true
 		return s.WaitValue64(d.flagOf(g.ch), st.seq)
 	}
 	return s.WaitEvent(st.ev)
@@ -533,14 +546,22 @@ func (d *device) close() error {
 		errs = append(errs, errors.New("nccl: an ncclCommAbort did not return: the communicator's streams and device memory were left as they are"))
 		return errors.Join(errs...)
 	}
+	drained := true
 	for _, s := range d.streams {
 		if s != nil {
 			if err := d.drain(s); err != nil {
 				errs = append(errs, err)
+				drained = false
 				continue // a stream still busy is left, not destroyed
 			}
 			s.Destroy()
 		}
+	}
+	if !drained {
+		// Work left on a stream may still write the staging memory, the
+		// connection buffers or a completion word: leave them all.
+		errs = append(errs, errors.New("nccl: a channel's stream could not be drained: the communicator's device and page-locked memory were left allocated"))
+		return errors.Join(errs...)
 	}
 	for _, e := range d.allEvents {
 		e.Destroy()
@@ -553,7 +574,13 @@ func (d *device) close() error {
 		m.Free()
 	}
 	d.warm.Free()
-	d.flagMem.Free()
+	if !d.waitedOn {
+		// A stream given to WaitOn may still be queued to read its word
+		// (cuStreamWaitValue64 reads it when the stream gets there, which
+		// may be after Close): then the words stay allocated, a few
+		// hundred bytes per communicator.
+		d.flagMem.Free()
+	}
 	d.flags, d.flagMem = nil, cuda.Pinned[uint64]{}
 	d.events, d.allEvents, d.slabs, d.allSlabs, d.temps, d.allTemps = nil, nil, nil, nil, nil, nil
 	return errors.Join(errs...)

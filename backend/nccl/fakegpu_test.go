@@ -55,9 +55,12 @@ func TestFakeGPU(t *testing.T) {
 	// (the defaults), and again with non-blocking ones (whose groups the
 	// fake leaves in progress now and then) and a driver without stream
 	// memory operations (so completion falls back to events).
-	for _, run := range []struct{ tests, blocking, noMemOps string }{
-		{"^TestFakeGPUChild", "", ""},
-		{"^TestFakeGPUChild", "0", "1"},
+	for _, run := range []struct{ tests, blocking, noMemOps, events string }{
+		{"^TestFakeGPUChild", "", "", ""},
+		{"^TestFakeGPUChild", "0", "1", ""},
+		// Blocking communicators with events (the seal recorded in the
+		// launch's C call).
+		{"^TestFakeGPUChild(Device|Allocs)$", "", "", "1"},
 	} {
 		args := []string{"-test.run=" + run.tests, "-test.count=1", "-test.timeout=10m"}
 		if testing.Verbose() {
@@ -65,7 +68,7 @@ func TestFakeGPU(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=",
-			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps)
+			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps, EventsEnv+"="+run.events)
 		out, err = cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q): %v\n%s", BlockingEnv, run.blocking, run.noMemOps, err, out)
@@ -155,7 +158,7 @@ func TestFakeGPUChildDevice(t *testing.T) {
 		cs := realJob(t, 2, check)
 		// Completion words where the driver can write them, events where
 		// it cannot (FAKEGPU_NO_MEMOPS=1).
-		wantFlags := os.Getenv("FAKEGPU_NO_MEMOPS") != "1"
+		wantFlags := os.Getenv("FAKEGPU_NO_MEMOPS") != "1" && os.Getenv(EventsEnv) != "1"
 		for _, c := range cs {
 			if got := c.eng.(*device).flags != nil; got != wantFlags {
 				t.Errorf("rank %d: completion words in use: %v, want %v", c.rank, got, wantFlags)
@@ -415,4 +418,25 @@ func TestFakeGPUChildOpenBounded(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestFakeGPUChildFault: a fault on the GPU while a receive waits (the
+// stream stops; with completion words, the word is never written) ends the
+// wait with the driver's error, not never.
+func TestFakeGPUChildFault(t *testing.T) {
+	fakeGPUChild(t)
+	cs := realJob(t, 2, false)
+	t.Setenv("FAKEGPU_FAULT", "1")
+	got := make([]byte, 8)
+	q := irecv(t, cs[1], bufOf(got, backend.Uint8), 0, 1) // rank 0 never sends
+	start := time.Now()
+	_, err := q.Wait(10 * time.Second)
+	took := time.Since(start)
+	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
+	if err == nil || errors.Is(err, backend.ErrTimeout) || !strings.Contains(err.Error(), "700") {
+		t.Fatalf("a receive on a faulted GPU: %v, want the driver's error (700)", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the fault was noticed after %v", took)
+	}
 }

@@ -28,6 +28,8 @@
 //     groups reach the streams inside ncclGroupEnd;
 //   - a send or receive must lie in device memory of the communicator's
 //     device;
+//   - with FAKEGPU_FAULT=1 in the environment, stream and event queries
+//     of unfinished work fail with CUDA_ERROR_ILLEGAL_ADDRESS (a fault);
 //   - with FAKEGPU_INIT_NEVER=1 in the environment, a blocking
 //     communicator's initialization as NCCL rank 1 never returns;
 //   - stream memory operations (cuStreamWriteValue64, cuStreamWaitValue64)
@@ -67,6 +69,7 @@ enum {
 	CU_INVALID_HANDLE = 400,
 	CU_NOT_FOUND = 500,
 	CU_NOT_READY = 600,
+	CU_ILLEGAL_ADDRESS = 700,
 	CU_LAUNCH_TIMEOUT = 702,
 	CU_NOT_SUPPORTED = 801,
 	CU_UNKNOWN = 999,
@@ -636,12 +639,19 @@ CUresult cuStreamSynchronize(struct stream *s) {
 	return r;
 }
 
+// fault: FAKEGPU_FAULT=1 in the environment makes queries of unfinished
+// work fail as after a fault on the GPU (CUDA_ERROR_ILLEGAL_ADDRESS).
+static int fault(void) {
+	const char *f = getenv("FAKEGPU_FAULT");
+	return f != NULL && strcmp(f, "1") == 0;
+}
+
 CUresult cuStreamQuery(struct stream *s) {
 	CUresult r = need_ctx();
 	if (r) return r;
 	LOCK();
 	advance();
-	r = s && s->head ? CU_NOT_READY : CU_OK;
+	r = s && s->head ? (fault() ? CU_ILLEGAL_ADDRESS : CU_NOT_READY) : CU_OK;
 	UNLOCK();
 	return r;
 }
@@ -786,7 +796,7 @@ CUresult cuEventQuery(struct event *e) {
 	if (e == NULL || e->magic != EVENT_MAGIC) return CU_INVALID_HANDLE;
 	LOCK();
 	advance();
-	r = e->done < e->rec ? CU_NOT_READY : CU_OK;
+	r = e->done < e->rec ? (fault() ? CU_ILLEGAL_ADDRESS : CU_NOT_READY) : CU_OK;
 	UNLOCK();
 	return r;
 }
