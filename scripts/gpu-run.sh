@@ -5,6 +5,8 @@
 #
 #   bash scripts/gpu-run.sh [LOGDIR]      # default LOGDIR: gpu-build/logs
 #   ONLY='nccl|bench' bash scripts/gpu-run.sh   # only the steps whose names match
+#   NP=4 ONLY='^(info|nccl|proctest)' bash scripts/gpu-run.sh
+#                                          # those steps as 4 ranks (4 GPUs)
 #   TARBALL=/out/logs.tgz bash scripts/gpu-run.sh /tmp/logs
 #                                          # also keep every log in one tarball,
 #                                          # rewritten after each step
@@ -14,12 +16,20 @@
 # status 1 if any). The logs of every step are in LOGDIR. NCCL_NVLS_ENABLE=0
 # is set in every process (NVLink SHARP is not available on that machine).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 B=$PWD/gpu-build
 LOG=${1:-$B/logs}
 mkdir -p "$LOG"
 export NCCL_NVLS_ENABLE=0
 M=(mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0)
+# NP ranks (one GPU each) for the steps that take any number of ranks
+# (info, nccl, proctest-*); the others are two-rank programs.
+NP=${NP:-2}
+if ! [[ $NP =~ ^[1-9][0-9]*$ ]]; then
+	echo "gpu-run.sh: NP must be a number of ranks, not '$NP'" >&2
+	exit 2
+fi
+MN=(mpirun --allow-run-as-root -np "$NP" -x NCCL_NVLS_ENABLE=0)
 failed=()
 
 # step NAME LIMIT CMD...: run CMD with a time limit, its output in
@@ -48,8 +58,8 @@ step() {
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 step p2p-build 120 mpicc -O2 -o "$B/p2p" bench/nccl/p2p.c -I"$CUDA/include" -L"$CUDA/lib64" -lcudart -lnccl
 
-cd "$B"
-step info 30 "${M[@]}" ./courier info
+cd "$B" || exit 1
+step info 30 "${MN[@]}" ./courier info
 # Where the NCCL backend's time goes, first: courier's ping-pong with
 # COURIER_NCCL_TRACE=1 (each rank prints at Close where each group's time
 # went), and the C program laid out as courier is (a communicator per
@@ -57,13 +67,13 @@ step info 30 "${M[@]}" ./courier info
 step trace 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 ./pingpong -device -iters 200 -max 65536
 step bench-c-twocomms 120 "${M[@]}" ./p2p -group -twocomms
 step cuda 300 env COURIER_REQUIRE_GPU=2 ./cuda.test -test.v -test.count=1
-step nccl 240 "${M[@]}" -x COURIER_REQUIRE_GPU=2 ./nccl.test -test.run '^TestGPU' -test.v -test.count=1 -test.timeout 230s
-step proctest-nccl-checked 200 "${M[@]}" -x COURIER_REQUIRE_GPU=2 -x COURIER_BACKEND=nccl -x COURIER_CHECK=1 \
+step nccl 240 "${MN[@]}" -x COURIER_REQUIRE_GPU="$NP" ./nccl.test -test.run '^TestGPU' -test.v -test.count=1 -test.timeout 230s
+step proctest-nccl-checked 200 "${MN[@]}" -x COURIER_REQUIRE_GPU="$NP" -x COURIER_BACKEND=nccl -x COURIER_CHECK=1 \
 	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 190s
 # Without checks the cases of backend/nccl's needsChecks fail by design
 # (3 s each with COURIER_TIMEOUT=3s); the log lists them (grep ^FAIL or
 # "--- FAIL").
-step proctest-nccl-unchecked 200 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_CHECK=0 -x COURIER_TIMEOUT=3s \
+step proctest-nccl-unchecked 200 "${MN[@]}" -x COURIER_BACKEND=nccl -x COURIER_CHECK=0 -x COURIER_TIMEOUT=3s \
 	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 190s
 for b in tcp nccl; do
 	for mem in host device stream; do
