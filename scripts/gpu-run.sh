@@ -99,6 +99,7 @@ fi
 # The benchmark beside the C program: 5 rounds of each, interleaved, and
 # the table of medians and ratios (scripts/gpu-compare.sh); then courier
 # from host memory (staged through page-locked memory).
+# shellcheck disable=SC2054 # the commas separate sizes within one argument
 sizes=(-lat 8,128k -bw 2m,32m,128m,512m)
 step compare 400 env B="$B" bash "$B/../scripts/gpu-compare.sh" 5 "$LOG/compare"
 step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -pattern stream "${sizes[@]}"
