@@ -94,9 +94,9 @@ func fakeGPUChild(t *testing.T) {
 	}
 }
 
-// realJob opens the communicators of an n-rank job in this process with
-// the real driver, through a real bootstrap exchange.
-func realJob(t *testing.T, n int, check bool) []*conn {
+// testJobs describes the ranks of an n-rank job in this process: rank 0
+// listens on a fresh loopback port, and all share a fresh key.
+func testJobs(t *testing.T, n int) []bootstrap.Job {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -104,16 +104,24 @@ func realJob(t *testing.T, n int, check bool) []*conn {
 	}
 	var k [16]byte
 	rand.Read(k[:])
+	jobs := make([]bootstrap.Job, n)
+	for r := range jobs {
+		jobs[r] = bootstrap.Job{Rank: r, Size: n, LocalRank: r, LocalSize: n, Launcher: "test",
+			Key: hex.EncodeToString(k[:]), Addr: ln.Addr().String()}
+	}
+	jobs[0].Listener = ln
+	return jobs
+}
+
+// realJob opens the communicators of an n-rank job in this process with
+// the real driver, through a real bootstrap exchange.
+func realJob(t *testing.T, n int, check bool) []*conn {
+	t.Helper()
 	cs := make([]*conn, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	for r := range n {
-		job := bootstrap.Job{Rank: r, Size: n, LocalRank: r, LocalSize: n, Launcher: "test",
-			Key: hex.EncodeToString(k[:]), Addr: ln.Addr().String()}
-		if r == 0 {
-			job.Listener = ln
-		}
+	for r, job := range testJobs(t, n) {
 		wg.Go(func() {
 			ex, err := bootstrap.Connect(ctx, job)
 			if err != nil {
@@ -377,20 +385,9 @@ func TestFakeGPUChildOpenBounded(t *testing.T) {
 		t.Skip("non-blocking communicators: their creation is polled and aborted (TestFakeGPUChildDevice covers them)")
 	}
 	t.Setenv("FAKEGPU_INIT_NEVER", "1")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var k [16]byte
-	rand.Read(k[:])
 	const bound = 2 * time.Second
 	var wg sync.WaitGroup
-	for r := range 2 {
-		job := bootstrap.Job{Rank: r, Size: 2, LocalRank: r, LocalSize: 2, Launcher: "test",
-			Key: hex.EncodeToString(k[:]), Addr: ln.Addr().String()}
-		if r == 0 {
-			job.Listener = ln
-		}
+	for r, job := range testJobs(t, 2) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()

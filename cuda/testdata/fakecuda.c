@@ -425,13 +425,21 @@ static int word_ok(CUdeviceptr addr) {
 	return a != NULL && a->mapped;
 }
 
-CUresult cuStreamWriteValue64_v2(struct stream *s, CUdeviceptr addr, uint64_t v, unsigned int flags) {
+// memop_begin makes the checks both memory operations share and, when
+// they pass, returns OK with the lock held.
+static CUresult memop_begin(struct stream *s, CUdeviceptr addr, unsigned int flags) {
 	CUresult r = need_ctx();
 	if (r != OK) return r;
 	if (flags != 0) return E_INVALID_VALUE;
 	LOCK();
 	if ((r = stream_ok(s)) != OK) RETURN(r);
 	if (!word_ok(addr)) RETURN(E_INVALID_VALUE);
+	return OK;
+}
+
+CUresult cuStreamWriteValue64_v2(struct stream *s, CUdeviceptr addr, uint64_t v, unsigned int flags) {
+	CUresult r = memop_begin(s, addr, flags);
+	if (r != OK) return r;
 	struct op o = {.kind = OP_WRITE64, .dst = (void *)(uintptr_t)addr};
 	o.args[0] = v;
 	RETURN(submit(s, o));
@@ -442,12 +450,8 @@ CUresult cuStreamWriteValue64_v2(struct stream *s, CUdeviceptr addr, uint64_t v,
 // satisfied or it is an error (a real GPU would wait for a later write;
 // the fake cannot).
 CUresult cuStreamWaitValue64_v2(struct stream *s, CUdeviceptr addr, uint64_t v, unsigned int flags) {
-	CUresult r = need_ctx();
+	CUresult r = memop_begin(s, addr, flags);
 	if (r != OK) return r;
-	if (flags != 0) return E_INVALID_VALUE;
-	LOCK();
-	if ((r = stream_ok(s)) != OK) RETURN(r);
-	if (!word_ok(addr)) RETURN(E_INVALID_VALUE);
 	flush_dev(-1);
 	if (__atomic_load_n((uint64_t *)(uintptr_t)addr, __ATOMIC_ACQUIRE) < v) RETURN(E_INVALID_VALUE);
 	RETURN(OK);
