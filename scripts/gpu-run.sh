@@ -56,7 +56,7 @@ step() {
 # The C + NCCL floor, built here (mpicc; the CUDA and NCCL headers of the
 # machine).
 CUDA=${CUDA_HOME:-/usr/local/cuda}
-step p2p-build 120 mpicc -O2 -o "$B/p2p" bench/nccl/p2p.c -I"$CUDA/include" -L"$CUDA/lib64" -lcudart -lnccl
+step p2p-build 120 mpicc -O2 -o "$B/p2p" bench/nccl/p2p.c -I"$CUDA/include" -L"$CUDA/lib64" -lcudart -lnccl -ldl
 
 cd "$B" || exit 1
 step info 30 "${MN[@]}" ./courier info

@@ -51,16 +51,17 @@ func TestFakeGPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("building the fake: %v\n%s", err, out)
 	}
-	// Every child test with blocking communicators and completion words
-	// (the defaults), and again with non-blocking ones (whose groups the
-	// fake leaves in progress now and then) and a driver without stream
-	// memory operations (so completion falls back to events).
-	for _, run := range []struct{ tests, blocking, noMemOps, events string }{
-		{"^TestFakeGPUChild", "", "", ""},
-		{"^TestFakeGPUChild", "0", "1", ""},
+	// Every child test with blocking communicators, completion words and
+	// shared streams (the defaults), and again with non-blocking ones
+	// (whose groups the fake leaves in progress now and then), a driver
+	// without stream memory operations (so completion falls back to
+	// events) and a stream per direction.
+	for _, run := range []struct{ tests, blocking, noMemOps, events, shared string }{
+		{"^TestFakeGPUChild", "", "", "", ""},
+		{"^TestFakeGPUChild", "0", "1", "", "0"},
 		// Blocking communicators with events (the seal recorded in the
 		// launch's C call).
-		{"^TestFakeGPUChild(Device|Allocs)$", "", "", "1"},
+		{"^TestFakeGPUChild(Device|Allocs)$", "", "", "1", ""},
 	} {
 		args := []string{"-test.run=" + run.tests, "-test.count=1", "-test.timeout=10m"}
 		if testing.Verbose() {
@@ -68,10 +69,10 @@ func TestFakeGPU(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=",
-			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps, EventsEnv+"="+run.events)
+			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps, EventsEnv+"="+run.events, SharedStreamEnv+"="+run.shared)
 		out, err = cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q): %v\n%s", BlockingEnv, run.blocking, run.noMemOps, err, out)
+			t.Fatalf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q, %s=%q, %s=%q): %v\n%s", BlockingEnv, run.blocking, run.noMemOps, EventsEnv, run.events, SharedStreamEnv, run.shared, err, out)
 		}
 		if testing.Verbose() {
 			t.Logf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q):\n%s", BlockingEnv, run.blocking, run.noMemOps, out)

@@ -630,4 +630,33 @@ func BenchmarkGPUPrimitives(b *testing.B) {
 		}
 		s.Synchronize()
 	})
+	// EventSynchronize of an event that has happened: the least a
+	// blocking wait costs.
+	b.Run("EventSynchronizeDone", func(b *testing.B) {
+		for b.Loop() {
+			if err := ev.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// WriteValue64: the seal of a group with completion words.
+	b.Run("WriteValue64", func(b *testing.B) {
+		word, err := cuda.HostAlloc[uint64](8)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer word.Free()
+		addr, err := word.DevicePtr()
+		if err != nil {
+			b.Skip(err)
+		}
+		var v uint64
+		for b.Loop() {
+			v++
+			if err := s.WriteValue64(addr, v); err != nil {
+				b.Skip(err)
+			}
+		}
+		s.Synchronize()
+	})
 }

@@ -99,6 +99,13 @@ const (
 	// comparisons; anything but 0, 1 or unset makes Open fail with
 	// ErrInvalid.
 	EventsEnv = "COURIER_NCCL_EVENTS"
+	// SharedStreamEnv names the variable that, set to 0, keeps each
+	// direction between two ranks on a CUDA stream of its own. By default
+	// (1 or unset) the two directions also share a stream, which they use
+	// whenever that cannot make one wait for the other (a ping-pong is
+	// faster on one stream). For comparisons; anything but 0, 1 or unset
+	// makes Open fail with ErrInvalid.
+	SharedStreamEnv = "COURIER_NCCL_SHARED_STREAM"
 	// minVersion is the oldest NCCL the backend works with:
 	// non-blocking communicators and ncclCommFinalize came in 2.14.
 	minVersion = 21400
@@ -354,9 +361,12 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 	// Every rank's own failure goes into its hello, so that all fail
 	// together.
 	blocking, lerr := blockingMode(cfg.Getenv)
-	var events bool
+	var events, share bool
 	if lerr == nil {
 		events, lerr = eventsMode(cfg.Getenv)
+	}
+	if lerr == nil {
+		share, lerr = sharedStreamMode(cfg.Getenv)
 	}
 	var lo *local
 	if lerr == nil {
@@ -415,6 +425,23 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 					return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
 				}
 			}
+		}
+		if share {
+			shared := make([]*cuda.Stream, job.Size)
+			for p := range job.Size {
+				if p == job.Rank {
+					continue
+				}
+				if shared[p], err = cuda.NewStream(lo.dev); err != nil {
+					for _, s := range shared {
+						if s != nil {
+							s.Destroy()
+						}
+					}
+					return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
+				}
+			}
+			eng.setShared(shared)
 		}
 		if eng.warm, err = cuda.Alloc[byte](lo.dev, int64(2*job.Size)); err != nil {
 			return fail(fmt.Errorf("nccl: allocating the connection buffers: %w", err), nil)
@@ -489,6 +516,12 @@ func blockingMode(getenv func(string) string) (bool, error) {
 // eventsMode reads EventsEnv: whether completion is told by events.
 func eventsMode(getenv func(string) string) (bool, error) {
 	return envSwitch(getenv, EventsEnv, false, "completion told by CUDA events", "by words in page-locked memory")
+}
+
+// sharedStreamMode reads SharedStreamEnv: whether the two channels of a
+// pair of ranks share a stream where they can.
+func sharedStreamMode(getenv func(string) string) (bool, error) {
+	return envSwitch(getenv, SharedStreamEnv, true, "the directions of a pair share a stream where they can", "a stream per direction")
 }
 
 // envSwitch reads the variable name as 1 (true), 0 (false) or unset (def);

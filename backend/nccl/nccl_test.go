@@ -81,6 +81,18 @@ func TestBlockingEnv(t *testing.T) {
 	if _, err := eventsMode(func(string) string { return "on" }); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), EventsEnv) {
 		t.Errorf("%s=on: %v, want ErrInvalid naming the variable", EventsEnv, err)
 	}
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{{"", true}, {"1", true}, {"0", false}} {
+		got, err := sharedStreamMode(func(string) string { return c.v })
+		if err != nil || got != c.want {
+			t.Errorf("%s=%q: %v, %v; want %v", SharedStreamEnv, c.v, got, err, c.want)
+		}
+	}
+	if _, err := sharedStreamMode(func(string) string { return "no" }); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), SharedStreamEnv) {
+		t.Errorf("%s=no: %v, want ErrInvalid naming the variable", SharedStreamEnv, err)
+	}
 	// Open says so before loading anything.
 	cfg := backend.Config{
 		Job:      bootstrap.Job{Rank: 0, Size: 1, LocalRank: 0},

@@ -154,6 +154,7 @@ struct work {
 	struct comm *comm;
 	int peer, recv;
 	int hung; // a receive whose send was smaller: never finishes
+	unsigned long issued; // W_NCCL: the order of issue, over all streams
 	struct work *next;
 };
 
@@ -283,14 +284,19 @@ static struct stream *stream_with_head(struct work *w) {
 }
 
 static struct work *oldest(struct comm *c, int peer, int recv) {
-	// The oldest work is the head-most one: courier's comms each use one
-	// stream, so look for the first matching work on each stream.
+	// A communicator's work may be on several streams (courier moves a
+	// channel between its own stream and a shared one): the oldest is the
+	// first issued.
+	struct work *best = NULL;
 	for (struct stream *s = streams; s; s = s->next) {
 		for (struct work *w = s->head; w; w = w->next) {
-			if (w->kind == W_NCCL && w->comm == c && w->peer == peer && w->recv == recv && !w->hung) return w;
+			if (w->kind == W_NCCL && w->comm == c && w->peer == peer && w->recv == recv && !w->hung) {
+				if (best == NULL || w->issued < best->issued) best = w;
+				break; // later ones on this stream were issued later
+			}
 		}
 	}
-	return NULL;
+	return best;
 }
 
 // advance runs every stream as far as it can go.
@@ -958,12 +964,16 @@ ncclResult_t ncclCommInitRankConfig(struct comm **out, int nranks, ncclUniqueId 
 	return NCCL_IN_PROGRESS;
 }
 
+// issued counts NCCL work put on streams (the order oldest compares).
+static unsigned long issued;
+
 // land puts a launched group's operations on their streams.
 static void land(struct comm *c) {
 	for (int i = 0; i < c->npending; i++) {
 		struct op *o = &c->pending[i];
 		struct work *w = calloc(1, sizeof *w);
 		w->kind = W_NCCL;
+		w->issued = ++issued;
 		w->comm = o->comm;
 		w->peer = o->peer;
 		w->recv = o->recv;
