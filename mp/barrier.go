@@ -8,6 +8,8 @@ const collTag = -2
 // Barrier returns when every rank of the communicator has called it. It
 // uses the backend's point-to-point operations (a dissemination barrier:
 // ⌈log2 Size⌉ rounds of one send and one receive per rank).
+//
+//go:noinline
 func Barrier(c *Comm) error {
 	if c == nil {
 		return c.opErr("barrier", -1, -1, invalidf("nil *Comm"))

@@ -3,6 +3,8 @@ package mp_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -84,16 +86,17 @@ func TestTimeoutReportsPendingOperations(t *testing.T) {
 			return
 		}
 		buf := make([]int32, 10)
-		req := mp.Irecv(c, buf, 1, 5)
+		req, irecvLine := mp.Irecv(c, buf, 1, 5), line()
 		start := time.Now()
 		_, err := mp.Recv(c, buf, 1, 6) // never sent: deadlock
+		recvLine := line() - 1
 		require.ErrorIs(t, err, mp.ErrTimeout)
 		assert.Less(t, time.Since(start), 3*time.Second)
 		msg := err.Error()
 		assert.Contains(t, msg, "2 operation(s) pending on rank 0")
-		assert.Contains(t, msg, "recv from rank 1, tag 5, 10 × int32")
-		assert.Contains(t, msg, "recv from rank 1, tag 6, 10 × int32")
-		assert.Contains(t, msg, "comm_test.go") // where each was called
+		// Each with the line that posted it.
+		assert.Contains(t, msg, fmt.Sprintf("recv from rank 1, tag 5, 10 × int32 (called at %s:%d in", thisFile(), irecvLine))
+		assert.Contains(t, msg, fmt.Sprintf("recv from rank 1, tag 6, 10 × int32 (called at %s:%d in", thisFile(), recvLine))
 		// Every pending request ends with the same error.
 		_, err = req.Wait()
 		require.ErrorIs(t, err, mp.ErrTimeout)
@@ -141,4 +144,16 @@ func TestNilArguments(t *testing.T) {
 	assert.Equal(t, -1, i)
 	require.NoError(t, err)
 	require.NoError(t, mp.WaitAll())
+}
+
+// line returns the line it is called from.
+func line() int {
+	_, _, l, _ := runtime.Caller(1)
+	return l
+}
+
+// thisFile returns the path of this file.
+func thisFile() string {
+	_, f, _, _ := runtime.Caller(0)
+	return f
 }

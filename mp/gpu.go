@@ -109,6 +109,8 @@ func (q *Request) WaitOn(s *cuda.Stream) error {
 // returns when the send is done). The request must still be waited for
 // (Wait, Test, …) to collect errors; it may complete on the CPU later than
 // on the GPU.
+//
+//go:noinline
 func IsendOnStream[B DeviceBuffer](c *Comm, buf B, dest, tag int, s *cuda.Stream) *Request {
 	return c.onStream(opSend, describe(buf), dest, tag, s, callerPC())
 }
@@ -119,6 +121,8 @@ func IsendOnStream[B DeviceBuffer](c *Comm, buf B, dest, tag int, s *cuda.Stream
 // IsendOnStream, the CPU does not wait, and the request must still be
 // waited for; with COURIER_CHECK=1 the call waits until the sender has
 // posted the message (its envelope is compared first).
+//
+//go:noinline
 func IrecvOnStream[B DeviceBuffer](c *Comm, buf B, source, tag int, s *cuda.Stream) *Request {
 	return c.onStream(opRecv, describe(buf), source, tag, s, callerPC())
 }

@@ -2,7 +2,6 @@ package mp
 
 import (
 	"errors"
-	"runtime"
 
 	"github.com/courier-mp/courier/backend"
 )
@@ -16,6 +15,8 @@ import (
 // returns once it is written; a large one waits for the matching receive.
 // Code that relies on Send returning before the receive is posted is not
 // valid MPI: use Isend for that.
+//
+//go:noinline
 func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
 	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
 	if err == nil {
@@ -29,6 +30,8 @@ func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
 // AnyTag) into buf, and returns when buf holds it. A message larger than
 // buf is an error matching ErrTruncate. Status says who sent it, with which
 // tag, and how many elements it filled.
+//
+//go:noinline
 func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
 	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
 	if err != nil {
@@ -43,6 +46,8 @@ func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
 // must not be modified until the request completes (Wait, Test, WaitAll,
 // …). An error (a bad rank, a closed communicator) is reported by the
 // request, never lost.
+//
+//go:noinline
 func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
 	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
 	return c.request(opSend, dest, tag, r, err)
@@ -51,6 +56,8 @@ func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
 // Irecv starts receiving into buf from rank source (or AnySource) with tag
 // (or AnyTag) and returns at once. buf must not be read or modified until
 // the request completes.
+//
+//go:noinline
 func Irecv[B Buffer](c *Comm, buf B, source, tag int) *Request {
 	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
 	return c.request(opRecv, source, tag, r, err)
@@ -94,6 +101,8 @@ func (c *Comm) request(op opKind, peer, tag int, r backend.Request, err error) *
 // time, and returns when both are done: the exchange of a ring shift or a
 // halo swap, which never deadlocks however the peers order their calls.
 // The status is the receive's.
+//
+//go:noinline
 func Sendrecv[S, R Buffer](c *Comm, send S, dest, sendTag int, recv R, source, recvTag int) (Status, error) {
 	if err := c.checkPeer(dest, sendTag, false); err != nil {
 		return Status{}, c.opErr("send", dest, sendTag, err)
@@ -141,14 +150,4 @@ func (c *Comm) wait(r backend.Request) (Status, error) {
 		st, err = r.Wait(0)
 	}
 	return st, err
-}
-
-// callerPC returns the program counter of the user's call into mp, for the
-// report of pending operations. It costs one short stack walk.
-func callerPC() uintptr {
-	var pcs [1]uintptr
-	if runtime.Callers(3, pcs[:]) == 0 {
-		return 0
-	}
-	return pcs[0]
 }

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"context"
 	"testing"
 	"unsafe"
 
@@ -26,6 +27,24 @@ func (nullEngine) copyTemp(backend.Buffer, *tempMem, int64) error { return nil }
 func (nullEngine) freeTemp(*tempMem)                              {}
 func (nullEngine) detach(int) func() error                        { return nil }
 func (nullEngine) close() error                                   { return nil }
+
+func init() { backend.Register("nccl-null", nullDriver{}) }
+
+// nullDriver opens communicators on a nullEngine (with a real host
+// connection): what mp and the communicator cost per message, with
+// nothing behind them. Registered as "nccl-null" in this package's tests.
+type nullDriver struct{}
+
+func (nullDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
+	var ctl *control
+	if cfg.Job.Size > 1 {
+		var err error
+		if ctl, err = openControl(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	return newConn(connOptions{rank: cfg.Job.Rank, size: cfg.Job.Size, check: cfg.Check, eng: nullEngine{}, ctl: ctl}), nil
+}
 
 // BenchmarkOverhead measures what the communicator itself costs per
 // operation (Isend or Irecv, Wait, Release) on the CPU, with an engine that
