@@ -399,7 +399,7 @@ func (d *device) launch(g *group) (bool, error) {
 		then = &d.after
 	}
 	ops := d.ops
-	inProgress, nccl, sealed, err := d.lib.groupThen(d.hooks, ops, d.timed, d.splits(g), then)
+	inProgress, nccl, sealed, err := d.lib.groupThen(d.hooks, ops, d.timed, then)
 	g.nccl += nccl
 	switch {
 	case sealed && d.flags != nil:
@@ -411,30 +411,6 @@ func (d *device) launch(g *group) (bool, error) {
 		d.events = append(d.events, ev)
 	}
 	return inProgress, err
-}
-
-// splitMin is the size from which the operations of a group go to NCCL
-// as groups of their own (see splits; a variable for the tests).
-var splitMin int64 = 64 << 20
-
-// splits reports whether g's operations go to NCCL one by one, each as a
-// group of its own (in one C call, with one seal after the last), rather
-// than as one NCCL group: when there are several and each is of at least
-// splitMin bytes, on a blocking communicator. All of a group's operations
-// are of one channel, one direction to one peer, so the peer receives them
-// in the same order either way. On 2 H200s, one NCCL group of 64 sends of
-// 128 MiB moved 0.6-1.7 % less than 64 ncclSend calls (the C program),
-// while at 32 MiB one group of 200 moved 6 % more.
-func (d *device) splits(g *group) bool {
-	if !d.blocking || len(g.ops) < 2 {
-		return false
-	}
-	for i := range g.ops {
-		if g.ops[i].bytes() < splitMin {
-			return false
-		}
-	}
-	return true
 }
 
 // channelPeer is the NCCL rank of the other end of channel ch: on the

@@ -438,35 +438,3 @@ func TestFakeGPUChildFault(t *testing.T) {
 		t.Errorf("the fault was noticed after %v", took)
 	}
 }
-
-// TestFakeGPUChildSplit: a group of large operations goes to NCCL one
-// operation per group (splits), and the messages still arrive whole and in
-// order.
-func TestFakeGPUChildSplit(t *testing.T) {
-	fakeGPUChild(t)
-	defer func(n int64) { splitMin = n }(splitMin)
-	splitMin = 4096
-	cs := realJob(t, 2, false)
-	const n, count = 8192, 3
-	ranks(cs, func(r int, c *conn) {
-		bufs := make([]cuda.Slice[byte], count)
-		reqs := make([]backend.Request, count)
-		for i := range bufs {
-			bufs[i] = devBuf(t, c, n)
-			if r == 0 {
-				toDevice(t, bufs[i], pattern(n, uint64(i)))
-				reqs[i] = isend(t, c, devDesc(c, bufs[i]), 1, 3)
-			} else {
-				reqs[i] = irecv(t, c, devDesc(c, bufs[i]), 0, 3)
-			}
-		}
-		waitAll(t, reqs...)
-		if r == 1 {
-			for i := range bufs {
-				if !bytes.Equal(fromDevice(t, bufs[i]), pattern(n, uint64(i))) {
-					t.Errorf("message %d: wrong data", i)
-				}
-			}
-		}
-	})
-}

@@ -273,21 +273,15 @@ static int64_t courier_nccl_now(void) {
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-// Flags of courier_nccl_group.
-enum { COURIER_GROUP_TIMED = 1, COURIER_GROUP_SPLIT = 2 };
-
 // courier_nccl_group issues ops[0..n) as one NCCL group, each op on its
-// communicator and stream, with the device's context current; with
-// COURIER_GROUP_SPLIT, each op as a group of its own, one after the other
-// (only for blocking communicators). If an op fails, its group is still
-// ended (NCCL's group state must not leak to the next call on this thread)
-// and the op's error is returned, with its index in .failed (the ops
-// before it are on their streams when split). With COURIER_GROUP_TIMED,
-// .ns is the time NCCL's calls took. When the group is on its stream
-// (ncclGroupEnd said ncclSuccess), *after is queued behind it and .after is
-// its CUresult.
+// communicator and stream, with the device's context current. If an op
+// fails, the group is still ended (NCCL's group state must not leak to the
+// next call on this thread) and the op's error is returned, with its index
+// in .failed. With timed set, .ns is the time NCCL's calls took. When the
+// group is on its stream (ncclGroupEnd said ncclSuccess), *after is queued
+// behind it and .after is its CUresult.
 static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nccl_dev *d,
-		const courier_nccl_op *ops, int n, int flags, const courier_nccl_after *after) {
+		const courier_nccl_op *ops, int n, int timed, const courier_nccl_after *after) {
 	courier_nccl_out out = {0, 0, -1, 0, 0, -1, 0};
 	int failedv = -1, cuv = 0;
 	int *failed = &failedv, *cu = &cuv;
@@ -296,18 +290,11 @@ static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nc
 		out.cu = cuv;
 		return out;
 	}
-	int timed = flags & COURIER_GROUP_TIMED;
-	int per = flags & COURIER_GROUP_SPLIT ? 1 : n; // ops per NCCL group
 	int64_t t0 = timed ? courier_nccl_now() : 0;
-	ncclResult_t r = 0;
-	for (int from = 0; from < n && r == 0; from += per) {
-		r = l->groupStart();
-		if (r != 0) {
-			break;
-		}
+	ncclResult_t r = l->groupStart();
+	if (r == 0) {
 		ncclResult_t first = 0;
-		int to = from + per < n ? from + per : n;
-		for (int i = from; i < to; i++) {
+		for (int i = 0; i < n; i++) {
 			const courier_nccl_op *o = &ops[i];
 			ncclComm_t comm = (ncclComm_t)(uintptr_t)o->comm;
 			void *stream = (void *)(uintptr_t)o->stream;
@@ -559,7 +546,7 @@ func (l *library) asyncState(comm uintptr) (inProgress bool, err error) {
 // stops saying so. If timed is set, nccl is how long NCCL's calls took
 // (the rest of the call is the context's push and pop, and cgo).
 func (l *library) group(h *devHooks, ops cOps, timed bool) (inProgress bool, nccl time.Duration, err error) {
-	inProgress, nccl, _, err = l.groupThen(h, ops, timed, false, nil)
+	inProgress, nccl, _, err = l.groupThen(h, ops, timed, nil)
 	return inProgress, nccl, err
 }
 
@@ -582,19 +569,14 @@ func afterRecord(stream, ev uintptr) after {
 
 // groupThen is group that, once the group is on its stream, also queues
 // *then behind it (if not nil) in the same C call: done reports that it
-// was queued (an error in queueing it is err). With split (for blocking
-// communicators only), each op goes as an NCCL group of its own, one
-// after the other, as if called one by one.
-func (l *library) groupThen(h *devHooks, ops cOps, timed, split bool, then *after) (inProgress bool, nccl time.Duration, done bool, err error) {
+// was queued (an error in queueing it is err).
+func (l *library) groupThen(h *devHooks, ops cOps, timed bool, then *after) (inProgress bool, nccl time.Duration, done bool, err error) {
 	if len(ops) == 0 {
 		return false, 0, false, nil
 	}
 	t := C.int(0)
 	if timed {
-		t |= C.COURIER_GROUP_TIMED
-	}
-	if split {
-		t |= C.COURIER_GROUP_SPLIT
+		t = 1
 	}
 	if then == nil {
 		then = &noAfter

@@ -57,7 +57,7 @@ type after struct{}
 func afterWrite(uintptr, uintptr, uint64) after { return after{} }
 func afterRecord(uintptr, uintptr) after        { return after{} }
 
-func (l *library) groupThen(*devHooks, cOps, bool, bool, *after) (bool, time.Duration, bool, error) {
+func (l *library) groupThen(*devHooks, cOps, bool, *after) (bool, time.Duration, bool, error) {
 	return false, 0, false, errNoCgo()
 }
 func (l *library) abort(*devHooks, uintptr) error                           { return errNoCgo() }
