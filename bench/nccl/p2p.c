@@ -34,6 +34,8 @@
  *                 program that posts a receive before the send it waits
  *                 for could deadlock: the ping-pong does not);
  *   -iters N      round trips per latency figure (default 2000);
+ *   -bwgroup K    the bandwidth sends (and receives) go K to an NCCL group
+ *                 (courier issues all those posted before a wait as one);
  *   -ctx          the primary context pushed before and popped after each
  *                 launch (cuCtxPushCurrent / cuCtxPopCurrent), as courier
  *                 does;
@@ -65,7 +67,7 @@ static int rank;
 static ncclComm_t comms[2];   /* [0]: rank 0 sends on it; [1]: rank 1 does (the same one without -twocomms) */
 static cudaStream_t streams[2];
 static ncclComm_t comm;       /* the one being polled by settle */
-static int nonblocking, grouped, twocomms, pushctx, onestream, latIters = 2000;
+static int nonblocking, grouped, twocomms, pushctx, onestream, latIters = 2000, bwGroup;
 enum { WAIT_STREAM, WAIT_QUERY, WAIT_EVSYNC, WAIT_SQUERY, WAIT_WORD, WAIT_WORD32, WAIT_MIXED };
 static int waitHow = -1;
 static cudaEvent_t event;
@@ -208,9 +210,17 @@ static double bandwidth(char *buf, size_t n, int iters) {
 	comm = comms[which(0)];
 	cudaStream_t stream = streams[which(0)];
 	for (int i = 0; i < iters; i++) {
+		if (bwGroup > 0 && i % bwGroup == 0) CHECK_NCCL(ncclGroupStart());
 		ncclResult_t r;
 		if (rank == 0) r = ncclSend(buf, n, ncclUint8, peer, comm, stream);
 		else r = ncclRecv(buf, n, ncclUint8, peer, comm, stream);
+		if (bwGroup > 0 && (i % bwGroup == bwGroup - 1 || i == iters - 1)) {
+			if (r != ncclSuccess && r != ncclInProgress) CHECK_NCCL(r);
+			r = ncclGroupEnd();
+		} else if (bwGroup > 0) {
+			if (r != ncclSuccess && r != ncclInProgress) CHECK_NCCL(r);
+			continue;
+		}
 		settle(r);
 	}
 	CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -231,6 +241,7 @@ int main(int argc, char **argv) {
 		else if (strcmp(argv[i], "-twocomms") == 0) twocomms = 1;
 		else if (strcmp(argv[i], "-ctx") == 0) pushctx = 1;
 		else if (strcmp(argv[i], "-onestream") == 0) onestream = 1;
+		else if (strcmp(argv[i], "-bwgroup") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) bwGroup = atoi(argv[++i]);
 		else if (strcmp(argv[i], "-iters") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) latIters = atoi(argv[++i]);
 		else if (strcmp(argv[i], "-wait") == 0 && i + 1 < argc) {
 			const char *w = argv[++i];
@@ -243,7 +254,7 @@ int main(int argc, char **argv) {
 				MPI_Abort(MPI_COMM_WORLD, 2);
 			}
 		} else {
-			if (rank == 0) fprintf(stderr, "p2p: unknown option %s (options: -nonblocking, -group, -twocomms, -onestream, -wait HOW, -ctx, -iters N)\n", argv[i]);
+			if (rank == 0) fprintf(stderr, "p2p: unknown option %s (options: -nonblocking, -group, -twocomms, -onestream, -wait HOW, -ctx, -iters N, -bwgroup K)\n", argv[i]);
 			MPI_Abort(MPI_COMM_WORLD, 2);
 		}
 	}
