@@ -16,7 +16,8 @@ import (
 
 // TestFakeGPUChildConformance runs the conformance suite with the real
 // nccl driver on the fake GPU library (see TestFakeGPU, which starts this
-// in a child process): with checks, every case on 2 and 3 ranks; without,
+// in a child process): with checks, every case on 2, 3 and 4 ranks (each
+// with a fake GPU of its own); without,
 // the cases that do not need them.
 func TestFakeGPUChildConformance(t *testing.T) {
 	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
@@ -31,7 +32,7 @@ func TestFakeGPUChildConformance(t *testing.T) {
 		}
 	}
 	t.Run("checked", func(t *testing.T) {
-		for _, n := range []int{2, 3} {
+		for _, n := range []int{2, 3, 4} {
 			conformance.Run(t, n, runner(mp.WithCheck(true)))
 		}
 	})

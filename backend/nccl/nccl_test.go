@@ -54,44 +54,30 @@ func TestLoaderMissingLibrary(t *testing.T) {
 	}
 }
 
-func TestBlockingEnv(t *testing.T) {
-	for _, c := range []struct {
-		v    string
-		want bool
-	}{{"", true}, {"1", true}, {" 1 ", true}, {"0", false}} {
-		got, err := blockingMode(func(string) string { return c.v })
-		if err != nil || got != c.want {
-			t.Errorf("%s=%q: %v, %v; want %v", BlockingEnv, c.v, got, err, c.want)
+// TestSwitchEnv: each 0/1 variable of the backend reads as 1, 0 or its
+// default, and anything else is ErrInvalid naming it; Open says so before
+// loading anything.
+func TestSwitchEnv(t *testing.T) {
+	for _, sw := range []struct {
+		name string
+		read func(func(string) string) (bool, error)
+		def  bool
+	}{
+		{BlockingEnv, blockingMode, true},
+		{EventsEnv, eventsMode, false},
+		{SharedStreamEnv, sharedStreamMode, true},
+	} {
+		for v, want := range map[string]bool{"": sw.def, "1": true, " 1 ": true, "0": false} {
+			got, err := sw.read(func(string) string { return v })
+			if err != nil || got != want {
+				t.Errorf("%s=%q: %v, %v; want %v", sw.name, v, got, err, want)
+			}
 		}
-	}
-	for _, v := range []string{"yes", "2", "true"} {
-		if _, err := blockingMode(func(string) string { return v }); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), BlockingEnv) {
-			t.Errorf("%s=%q: %v, want ErrInvalid naming the variable", BlockingEnv, v, err)
+		for _, v := range []string{"yes", "2", "true", "on"} {
+			if _, err := sw.read(func(string) string { return v }); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), sw.name) {
+				t.Errorf("%s=%q: %v, want ErrInvalid naming the variable", sw.name, v, err)
+			}
 		}
-	}
-	for _, c := range []struct {
-		v    string
-		want bool
-	}{{"", false}, {"0", false}, {"1", true}} {
-		got, err := eventsMode(func(string) string { return c.v })
-		if err != nil || got != c.want {
-			t.Errorf("%s=%q: %v, %v; want %v", EventsEnv, c.v, got, err, c.want)
-		}
-	}
-	if _, err := eventsMode(func(string) string { return "on" }); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), EventsEnv) {
-		t.Errorf("%s=on: %v, want ErrInvalid naming the variable", EventsEnv, err)
-	}
-	for _, c := range []struct {
-		v    string
-		want bool
-	}{{"", true}, {"1", true}, {"0", false}} {
-		got, err := sharedStreamMode(func(string) string { return c.v })
-		if err != nil || got != c.want {
-			t.Errorf("%s=%q: %v, %v; want %v", SharedStreamEnv, c.v, got, err, c.want)
-		}
-	}
-	if _, err := sharedStreamMode(func(string) string { return "no" }); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), SharedStreamEnv) {
-		t.Errorf("%s=no: %v, want ErrInvalid naming the variable", SharedStreamEnv, err)
 	}
 	// Open says so before loading anything.
 	cfg := backend.Config{
