@@ -7,6 +7,4 @@ package mp
 // message, most of what mp added to a message's time (measured with
 // go test -bench SendRecvOverhead ./backend/nccl/). The exported functions
 // that call it are never inlined, so the frame is theirs.
-//
-//go:noescape
 func callerPC() uintptr

@@ -427,21 +427,17 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 			}
 		}
 		if share {
-			shared := make([]*cuda.Stream, job.Size)
+			// Given to the engine first, so that fail's close destroys
+			// those made if one fails.
+			eng.setShared(make([]*cuda.Stream, job.Size))
 			for p := range job.Size {
 				if p == job.Rank {
 					continue
 				}
-				if shared[p], err = cuda.NewStream(lo.dev); err != nil {
-					for _, s := range shared {
-						if s != nil {
-							s.Destroy()
-						}
-					}
+				if eng.shared[p], err = cuda.NewStream(lo.dev); err != nil {
 					return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
 				}
 			}
-			eng.setShared(shared)
 		}
 		if eng.warm, err = cuda.Alloc[byte](lo.dev, int64(2*job.Size)); err != nil {
 			return fail(fmt.Errorf("nccl: allocating the connection buffers: %w", err), nil)
