@@ -14,6 +14,8 @@ func Barrier(c *Comm) error {
 	if c == nil {
 		return c.opErr("barrier", -1, -1, invalidf("nil *Comm"))
 	}
+	c.collMu.Lock()
+	defer c.collMu.Unlock()
 	var token, got [1]uint8
 	// One rank still does one round, with itself, so a closed or aborted
 	// communicator reports it.

@@ -51,6 +51,10 @@ type Comm struct {
 	job         bootstrap.Job
 	env         func(string) string
 
+	// collMu lets one collective (or Barrier) of this rank run at a
+	// time: their messages share one tag.
+	collMu sync.Mutex
+
 	closeOnce sync.Once
 	closeErr  error
 }

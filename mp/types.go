@@ -156,3 +156,17 @@ var (
 	tFloat64 = reflect.TypeFor[float64]()
 	tUint8   = reflect.TypeFor[uint8]()
 )
+
+// Float16Of rounds f to the nearest Float16, ties to even: values beyond
+// the largest finite half (65504) become infinities, NaN stays NaN.
+func Float16Of(f float32) Float16 { return Float16(f32to16(f)) }
+
+// Float32 is h as a float32 (exact).
+func (h Float16) Float32() float32 { return f16to32(uint16(h)) }
+
+// BFloat16Of rounds f to the nearest BFloat16, ties to even; NaN stays
+// NaN.
+func BFloat16Of(f float32) BFloat16 { return BFloat16(f32tobf16(f)) }
+
+// Float32 is h as a float32 (exact).
+func (h BFloat16) Float32() float32 { return bf16to32(uint16(h)) }

@@ -19,6 +19,7 @@ import (
 )
 
 const benchUsage = `usage: courier bench [-reps N] [-lat SIZES] [-bw SIZES] [-window N] [-pattern osu|stream] [-device] [-cpuprofile FILE]
+       courier bench -coll LIST [-collsizes SIZES] [-reps N] [-device] [-np N]
 
 Measures point-to-point latency (half a blocking ping-pong) and bandwidth
 between ranks 0 and 1, with the backend COURIER_BACKEND names, and prints
@@ -30,9 +31,18 @@ sends GPU memory (the rank's GPU) instead of host memory. -cpuprofile
 writes each rank's CPU profile of the measurements to FILE.rankN (for go
 tool pprof).
 
-Started alone, it runs itself as 2 ranks with courier run; started by a
-launcher (courier run, mpirun, srun), it is one rank of that job. SIZES are
-comma-separated byte counts (4096, 64k, 1m).
+With -coll, it measures collectives instead, on every rank: LIST names
+some of allreduce, allgather, alltoall, reducescatter, bcast; float32
+elements, Sum; each call waited for (the blocking API); the time per call
+of the slowest rank, the algorithm bandwidth (bytes / time) and the bus
+bandwidth (times 2(N-1)/N for allreduce, (N-1)/N for allgather, alltoall
+and reducescatter, 1 for bcast), as bench/nccl/coll.c prints them for C.
+SIZES are per call: allreduce's and bcast's buffer, allgather's receive
+buffer, alltoall's and reducescatter's send buffer.
+
+Started alone, it runs itself as -np ranks (default 2) with courier run;
+started by a launcher (courier run, mpirun, srun), it is one rank of that
+job. SIZES are comma-separated byte counts (4096, 64k, 1m).
 `
 
 // selfCommand returns the command line that runs this courier binary
@@ -55,6 +65,9 @@ func (a *app) bench(args []string) int {
 	pattern := fs.String("pattern", "osu", "bandwidth pattern: osu or stream")
 	device := fs.Bool("device", false, "send GPU memory instead of host memory")
 	cpuProfile := fs.String("cpuprofile", "", "write each rank's CPU profile of the measurements to `FILE`.rankN")
+	coll := fs.String("coll", "", "measure these collectives (comma-separated) instead of point-to-point")
+	collSizes := fs.String("collsizes", "8,128k,2m,32m,128m,512m", "collective sizes")
+	np := fs.Int("np", 2, "ranks to run, when started alone")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -65,7 +78,20 @@ func (a *app) bench(args []string) int {
 	if err == nil && !slices.Contains(bench.Patterns, *pattern) {
 		err = fmt.Errorf("unknown pattern %q (have %s)", *pattern, strings.Join(bench.Patterns, ", "))
 	}
-	if err != nil || *reps < 1 || *window < 1 || fs.NArg() > 0 {
+	collCfg := bench.CollConfig{Reps: *reps, Device: *device}
+	if err == nil && *coll != "" {
+		for _, k := range strings.Split(*coll, ",") {
+			if k = strings.TrimSpace(k); !slices.Contains(bench.Collectives, k) {
+				err = fmt.Errorf("unknown collective %q (have %s)", k, strings.Join(bench.Collectives, ", "))
+				break
+			}
+			collCfg.Kinds = append(collCfg.Kinds, k)
+		}
+		if err == nil {
+			collCfg.Sizes, err = parseSizes(*collSizes)
+		}
+	}
+	if err != nil || *reps < 1 || *window < 1 || *np < 1 || fs.NArg() > 0 {
 		if err != nil {
 			fmt.Fprintln(a.stderr, "courier bench:", err)
 		}
@@ -90,7 +116,7 @@ func (a *app) bench(args []string) int {
 		sigs, stop := a.signals()
 		defer stop()
 		res := launch.Run(context.Background(), launch.Config{
-			NP: 2, Program: self[0], Args: append(append(self[1:], "bench"), args...),
+			NP: *np, Program: self[0], Args: append(append(self[1:], "bench"), args...),
 			Stdout: a.stdout, Stderr: a.stderr, NoPrefix: true, Signals: sigs,
 		})
 		return res.ExitCode
@@ -103,8 +129,11 @@ func (a *app) bench(args []string) int {
 		return 1
 	}
 	defer comm.Close()
-	if comm.Rank() == 0 {
+	if comm.Rank() == 0 && *coll == "" {
 		bench.Header(a.stdout, comm.Backend(), cfg, initTime)
+	}
+	if comm.Rank() == 0 && *coll != "" {
+		bench.CollHeader(a.stdout, comm.Backend(), comm.Size(), collCfg, initTime)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s.rank%d", *cpuProfile, comm.Rank()))
@@ -118,7 +147,12 @@ func (a *app) bench(args []string) int {
 		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
-	if _, err := bench.Run(comm, cfg, func(r bench.Row) { bench.PrintRow(a.stdout, r) }); err != nil {
+	if *coll != "" {
+		_, err = bench.RunColl(comm, collCfg, func(r bench.CollRow) { bench.PrintCollRow(a.stdout, r) })
+	} else {
+		_, err = bench.Run(comm, cfg, func(r bench.Row) { bench.PrintRow(a.stdout, r) })
+	}
+	if err != nil {
 		fmt.Fprintln(a.stderr, "courier bench:", err)
 		return 1
 	}

@@ -85,6 +85,7 @@ func Cases() []Case {
 		concurrencyCases(),
 		errorCases(),
 		barrierCases(),
+		collectiveCases(),
 	} {
 		all = append(all, group...)
 	}

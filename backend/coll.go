@@ -1,0 +1,114 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+)
+
+// CollKind names a collective operation.
+type CollKind uint8
+
+// The collectives. Buffer shapes, with n a count every rank passes alike
+// and N the number of ranks (Coll.Send and Coll.Recv):
+//
+//	Bcast          Send = Recv, n elements (root's are sent, every other rank's filled)
+//	Reduce         Send n; Recv n at the root (ignored elsewhere)
+//	Allreduce      Send n; Recv n
+//	Allgather      Send n; Recv N·n (rank k's block at k·n)
+//	ReduceScatter  Send N·n; Recv n (the reduction of every rank's block k lands at rank k)
+//	Alltoall       Send N·n; Recv N·n (block k of Send goes to rank k, block j of Recv comes from rank j)
+//
+// In place: Recv may be the same memory as Send (Bcast always is); for
+// Allgather, Send may be this rank's block of Recv, and for ReduceScatter
+// Recv this rank's block of Send.
+const (
+	Bcast CollKind = iota + 1
+	Reduce
+	Allreduce
+	Allgather
+	ReduceScatter
+	Alltoall
+)
+
+var collNames = [...]string{Bcast: "bcast", Reduce: "reduce", Allreduce: "allreduce",
+	Allgather: "allgather", ReduceScatter: "reducescatter", Alltoall: "alltoall"}
+
+// String is the operation's name in lower case ("allreduce").
+func (k CollKind) String() string {
+	if int(k) < len(collNames) && collNames[k] != "" {
+		return collNames[k]
+	}
+	return fmt.Sprintf("collective(%d)", uint8(k))
+}
+
+// Rooted reports whether the collective has a root (Bcast, Reduce).
+func (k CollKind) Rooted() bool { return k == Bcast || k == Reduce }
+
+// Reduces reports whether the collective combines values with an Op.
+func (k CollKind) Reduces() bool { return k == Reduce || k == Allreduce || k == ReduceScatter }
+
+// Op is a reduction operator: element by element, over the ranks.
+type Op uint8
+
+// The reduction operators. Sum and Prod apply to every element type (for
+// integers they wrap around); Min and Max to every type but the complex
+// ones.
+const (
+	Sum Op = iota + 1
+	Prod
+	Min
+	Max
+)
+
+var opNames = [...]string{Sum: "sum", Prod: "prod", Min: "min", Max: "max"}
+
+// String is the operator's name ("sum").
+func (o Op) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Valid reports whether o is a known operator.
+func (o Op) Valid() bool { return o >= Sum && o <= Max }
+
+// AppliesTo reports whether o is defined on element type t.
+func (o Op) AppliesTo(t DType) bool {
+	if !o.Valid() || !t.Valid() {
+		return false
+	}
+	if t == Complex64 || t == Complex128 {
+		return o == Sum || o == Prod
+	}
+	return true
+}
+
+// Coll is one collective call, as package mp has validated it: the
+// buffers have the shapes of Kind (see CollKind), one element type, and
+// lie in this rank's memory; Op applies to the type; Root is a rank.
+type Coll struct {
+	Kind       CollKind
+	Send, Recv Buffer
+	Op         Op      // for the reducing kinds
+	Root       int     // for Bcast and Reduce
+	Caller     uintptr // program counter of the user's call, 0 if unknown
+}
+
+// Collectives is an optional Conn capability: a transport that runs
+// collectives itself (NCCL's own, on a communicator of every rank).
+//
+// Collective starts c and returns its request, which completes when this
+// rank's part is done (its Recv holds the result; its Send may be
+// reused). Every rank calls the same collectives in the same order. A
+// transport that cannot run this one (an element type or operator it
+// lacks, a communicator it did not make) returns an error matching
+// ErrSkip, and package mp runs it over point-to-point messages instead.
+type Collectives interface {
+	Collective(c Coll) (Request, error)
+}
+
+// ErrSkip is returned by Collectives.Collective for a collective the
+// transport leaves to package mp's point-to-point algorithms, as
+// database/sql/driver.ErrSkip asks database/sql for its fallback.
+var ErrSkip = errors.New("backend: fall back to point-to-point")

@@ -1,0 +1,295 @@
+package mp
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// Op is a reduction operator of Reduce, Allreduce and ReduceScatter:
+// applied element by element over the ranks' buffers.
+type Op = backend.Op
+
+// The reduction operators. Sum and Prod apply to every element type
+// (integers wrap around); Min and Max to every type but complex64 and
+// complex128. Float16 and BFloat16 are combined in float32 and rounded to
+// nearest, even, after each step.
+const (
+	Sum  = backend.Sum
+	Prod = backend.Prod
+	Min  = backend.Min
+	Max  = backend.Max
+)
+
+// Collectives. Every rank of the communicator calls the same collectives,
+// in the same order, with the same root and operator and buffers of the
+// same element type and shape; the calls of one rank come from one
+// goroutine at a time (a second goroutine's call waits for the first). A
+// collective returns when this rank's part is done: its receive buffer
+// holds the result and its send buffer may be reused. Like every message
+// call it blocks the calling goroutine at most until the communicator's
+// timeout, and its errors wrap the same sentinels (a rank that calls a
+// different collective, or passes a different count, makes the others fail
+// with ErrMismatch or ErrTruncate where the transport can tell, or time
+// out where it cannot).
+//
+// Host and device buffers work on every backend. On nccl, NCCL runs the
+// collective itself on a communicator of all the ranks (device buffers
+// directly, host buffers staged through the GPU); on tcp, courier runs it
+// over point-to-point messages: binomial trees for Bcast and Reduce (and
+// Allreduce of less than 64 KiB), rings for Allreduce, Allgather and
+// ReduceScatter, and every pair at once for Alltoall. Messages of
+// collectives never match a user's receive (the library's own tags are
+// negative), and they may interleave with a user's point-to-point messages
+// in any way.
+
+// Bcast sends root's buf to every other rank's buf. Every rank passes a
+// buffer of the same length.
+//
+//go:noinline
+func Bcast[B Buffer](c *Comm, buf B, root int) error {
+	b := describe(buf)
+	return c.collective(backend.Coll{Kind: backend.Bcast, Send: b, Recv: b, Root: root, Caller: callerPC()})
+}
+
+// Reduce combines every rank's send with op, element by element, into
+// recv at root. recv must have send's length at root and is not used
+// elsewhere (pass nil there). recv may be send itself.
+//
+//go:noinline
+func Reduce[B Buffer](c *Comm, send, recv B, op Op, root int) error {
+	return c.collective(backend.Coll{Kind: backend.Reduce, Send: describe(send), Recv: describe(recv), Op: op, Root: root, Caller: callerPC()})
+}
+
+// Allreduce combines every rank's send with op, element by element, into
+// every rank's recv (of send's length); every rank gets the same bits.
+// recv may be send itself (in place).
+//
+//go:noinline
+func Allreduce[B Buffer](c *Comm, send, recv B, op Op) error {
+	return c.collective(backend.Coll{Kind: backend.Allreduce, Send: describe(send), Recv: describe(recv), Op: op, Caller: callerPC()})
+}
+
+// Allgather gathers every rank's send into every rank's recv, rank k's at
+// block k: recv holds Size blocks of len(send) elements. send may be this
+// rank's own block of recv (in place).
+//
+//go:noinline
+func Allgather[B Buffer](c *Comm, send, recv B) error {
+	return c.collective(backend.Coll{Kind: backend.Allgather, Send: describe(send), Recv: describe(recv), Caller: callerPC()})
+}
+
+// ReduceScatter combines every rank's send with op, element by element,
+// and scatters the result: send holds Size blocks of len(recv) elements,
+// and rank k's recv gets the combination of every rank's block k. recv may
+// be this rank's own block of send (in place).
+//
+//go:noinline
+func ReduceScatter[B Buffer](c *Comm, send, recv B, op Op) error {
+	return c.collective(backend.Coll{Kind: backend.ReduceScatter, Send: describe(send), Recv: describe(recv), Op: op, Caller: callerPC()})
+}
+
+// Alltoall sends block k of send to rank k and receives rank j's block
+// into block j of recv: send and recv hold Size blocks of one length.
+// recv may be send itself (in place; courier then copies send first).
+//
+//go:noinline
+func Alltoall[B Buffer](c *Comm, send, recv B) error {
+	return c.collective(backend.Coll{Kind: backend.Alltoall, Send: describe(send), Recv: describe(recv), Caller: callerPC()})
+}
+
+// collective validates a collective, then runs it: locally on one rank,
+// by the transport where it can, else over point-to-point messages.
+func (c *Comm) collective(co backend.Coll) error {
+	name := co.Kind.String()
+	peer := -1
+	if co.Kind.Rooted() {
+		peer = co.Root
+	}
+	if err := c.checkColl(&co); err != nil {
+		return c.opErr(name, peer, -1, err)
+	}
+	c.collMu.Lock()
+	defer c.collMu.Unlock()
+	return c.opErr(name, peer, -1, c.runColl(co))
+}
+
+// checkColl validates co's arguments and normalizes them: a non-root's
+// Reduce receive buffer is dropped.
+func (c *Comm) checkColl(co *backend.Coll) error {
+	if c == nil {
+		return invalidf("nil *Comm")
+	}
+	if co.Kind.Rooted() && (co.Root < 0 || co.Root >= c.size) {
+		return invalidf("root %d is not in [0, %d)", co.Root, c.size)
+	}
+	t := co.Send.Type
+	if co.Kind.Reduces() && !co.Op.AppliesTo(t) {
+		if !co.Op.Valid() {
+			return invalidf("no reduction operator %v (use Sum, Prod, Min or Max)", co.Op)
+		}
+		return invalidf("%v is not defined on %v", co.Op, t)
+	}
+	if co.Kind == backend.Reduce && c.rank != co.Root {
+		co.Recv = backend.Buffer{Type: t, Mem: co.Send.Mem, Device: co.Send.Device}
+	}
+	n, p := co.Send.Count, int64(c.size)
+	want := n // of recv
+	switch co.Kind {
+	case backend.Allgather:
+		want = n * p
+	case backend.ReduceScatter:
+		if n%p != 0 {
+			return invalidf("the send buffer has %d elements: want %d blocks of one length (one per rank)", n, p)
+		}
+		want = n / p
+	case backend.Alltoall:
+		if n%p != 0 {
+			return invalidf("the send buffer has %d elements: want %d blocks of one length (one per rank)", n, p)
+		}
+	case backend.Reduce:
+		if c.rank != co.Root {
+			want = 0
+		}
+	}
+	if co.Recv.Count != want {
+		return invalidf("the receive buffer has %d elements, want %d (the send buffer has %d, and %d ranks)", co.Recv.Count, want, n, p)
+	}
+	if co.Send.Mem != co.Recv.Mem || co.Send.Mem == backend.Device && co.Send.Device != co.Recv.Device && co.Recv.Count > 0 && n > 0 {
+		return invalidf("the send and receive buffers are in different memories")
+	}
+	if overlapsBadly(co, c.rank) {
+		return invalidf("the send and receive buffers overlap (in place, pass the same buffer%s)", inPlaceHint(co.Kind))
+	}
+	return nil
+}
+
+// inPlaceHint says how a collective is called in place where that is not
+// passing one buffer twice.
+func inPlaceHint(k backend.CollKind) string {
+	switch k {
+	case backend.Allgather:
+		return ", or, for Allgather, this rank's block of the receive buffer as the send buffer"
+	case backend.ReduceScatter:
+		return ", or, for ReduceScatter, this rank's block of the send buffer as the receive buffer"
+	}
+	return ""
+}
+
+// overlapsBadly reports whether co's buffers overlap other than in the
+// ways a collective can run in place.
+func overlapsBadly(co *backend.Coll, rank int) bool {
+	s, r := co.Send, co.Recv
+	if s.Count == 0 || r.Count == 0 || co.Kind == backend.Bcast {
+		return false
+	}
+	sa, ra := uintptr(s.Ptr), uintptr(r.Ptr)
+	sb, rb := sa+uintptr(s.Len()), ra+uintptr(r.Len())
+	if sa >= rb || ra >= sb {
+		return false
+	}
+	switch co.Kind {
+	case backend.Allgather:
+		return sa != ra+uintptr(int64(rank)*s.Len())
+	case backend.ReduceScatter:
+		return ra != sa+uintptr(int64(rank)*r.Len())
+	}
+	return sa != ra || s.Count != r.Count
+}
+
+// runColl runs a validated collective.
+func (c *Comm) runColl(co backend.Coll) error {
+	if c.size == 1 {
+		return copyLocal(co.Recv, co.Send)
+	}
+	if co.Send.Count == 0 && co.Recv.Count == 0 {
+		return nil // nothing moves: every rank passes empty buffers
+	}
+	if cc, ok := c.conn.(backend.Collectives); ok {
+		r, err := cc.Collective(co)
+		if err == nil {
+			_, err = c.wait(r)
+			r.Release()
+			return err
+		}
+		if !errors.Is(err, backend.ErrSkip) {
+			return err
+		}
+	}
+	if co.Send.Mem == backend.Device || co.Recv.Mem == backend.Device {
+		return c.stagedColl(co)
+	}
+	return c.p2pColl(co)
+}
+
+// copyLocal copies src into dst (one rank's collective), unless they are
+// the same memory; either may be empty (a non-root's Reduce).
+func copyLocal(dst, src backend.Buffer) error {
+	n := min(dst.Len(), src.Len())
+	if n == 0 || dst.Ptr == src.Ptr {
+		return nil
+	}
+	if dst.Mem == backend.Host {
+		copy(dst.Bytes()[:n], src.Bytes()[:n])
+		return nil
+	}
+	d := cuda.ByteView(uintptr(dst.Ptr), n, cuda.Device(dst.Device))
+	s := cuda.ByteView(uintptr(src.Ptr), n, cuda.Device(src.Device))
+	return cuda.CopyDevice(d, s)
+}
+
+// stagedColl runs a collective of device buffers over point-to-point
+// messages through host copies: the send buffer is copied to the host,
+// the collective runs there, and the result is copied back.
+func (c *Comm) stagedColl(co backend.Coll) error {
+	send, err := toHost(co.Send)
+	if err != nil {
+		return err
+	}
+	recv := send
+	if co.Recv.Ptr != co.Send.Ptr || co.Recv.Count != co.Send.Count {
+		// In place for Allgather and ReduceScatter, one lies inside the
+		// other: the host copies do not, and the algorithms copy the
+		// block across.
+		recv = hostLike(co.Recv)
+	}
+	hc := co
+	hc.Send, hc.Recv = send, recv
+	if err := c.p2pColl(hc); err != nil {
+		return err
+	}
+	if co.Recv.Count == 0 {
+		return nil
+	}
+	dst := cuda.ByteView(uintptr(co.Recv.Ptr), co.Recv.Len(), cuda.Device(co.Recv.Device))
+	if err := cuda.CopyToDevice(dst, recv.Bytes()); err != nil {
+		return fmt.Errorf("copying the result to the device: %w", err)
+	}
+	return nil
+}
+
+// toHost copies a device buffer into new host memory of the same shape.
+func toHost(b backend.Buffer) (backend.Buffer, error) {
+	h := hostLike(b)
+	if b.Count == 0 {
+		return h, nil
+	}
+	src := cuda.ByteView(uintptr(b.Ptr), b.Len(), cuda.Device(b.Device))
+	if err := cuda.CopyToHost(h.Bytes(), src); err != nil {
+		return h, fmt.Errorf("copying the send buffer to the host: %w", err)
+	}
+	return h, nil
+}
+
+// hostLike returns new host memory of b's shape.
+func hostLike(b backend.Buffer) backend.Buffer {
+	h := backend.Buffer{Count: b.Count, Type: b.Type, Mem: backend.Host}
+	if b.Count > 0 {
+		mem := make([]uint64, (b.Len()+7)/8) // aligned for every element type
+		h.Ptr = unsafe.Pointer(unsafe.SliceData(mem))
+	}
+	return h
+}
