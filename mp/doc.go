@@ -1,5 +1,5 @@
 // Package mp is courier's message passing API: MPI-style point-to-point
-// messages between the ranks of a job, for Go programs.
+// messages and collectives between the ranks of a job, for Go programs.
 //
 // A program calls Init once; it reads the launcher's environment (courier
 // run, mpirun, mpiexec, srun, or COURIER_RANK/SIZE/ADDR set by hand) and
@@ -50,6 +50,18 @@
 //
 // Message calls take no context.Context: to stop work from another
 // goroutine, select on req.Done() beside ctx.Done() and call comm.Abort.
+//
+// # Collectives
+//
+// Barrier, Bcast, Reduce, Allreduce, Allgather, ReduceScatter and Alltoall
+// take part of every rank: each rank calls the same ones in the same
+// order. The reductions combine element by element with Sum, Prod, Min or
+// Max, on every element type (Min and Max not on complex numbers). They
+// run in place where the buffers say so (Allreduce(c, x, x, Sum)). On
+// nccl, NCCL runs them on a communicator of every rank, device buffers
+// directly; on tcp, and for what NCCL lacks (int16, uint16, products of
+// complex numbers), courier runs them over point-to-point messages that
+// never mix with the program's own.
 //
 // # GPUs
 //

@@ -107,3 +107,28 @@ func ExampleWaitAny() {
 	}
 	// Output: sum 60
 }
+
+// Every rank contributes a vector; Allreduce leaves the element-wise sum
+// on every rank. Allgather collects one block from each rank, in rank
+// order.
+func ExampleAllreduce() {
+	err := ranktest.Go(4, func(comm *mp.Comm) error {
+		r := float64(comm.Rank())
+		grad := []float64{r, 10 * r}
+		if err := mp.Allreduce(comm, grad, grad, mp.Sum); err != nil { // in place
+			return err
+		}
+		ids := make([]int32, comm.Size())
+		if err := mp.Allgather(comm, []int32{int32(100 + comm.Rank())}, ids); err != nil {
+			return err
+		}
+		if comm.Rank() == 0 {
+			fmt.Println(grad, ids)
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: [6 60] [100 101 102 103]
+}

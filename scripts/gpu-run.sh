@@ -53,10 +53,12 @@ step() {
 	return 0
 }
 
-# The C + NCCL floor, built here (mpicc; the CUDA and NCCL headers of the
-# machine).
+# The C + NCCL floors, built here (mpicc; the CUDA and NCCL headers of the
+# machine): point to point (p2p) and the collectives (coll, which
+# scripts/gpu-coll.sh runs beside courier's).
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 step p2p-build 120 mpicc -O2 -o "$B/p2p" bench/nccl/p2p.c -I"$CUDA/include" -L"$CUDA/lib64" -lcudart -lnccl -ldl
+step coll-build 120 mpicc -O2 -o "$B/coll" bench/nccl/coll.c -I"$CUDA/include" -L"$CUDA/lib64" -lcudart -lnccl
 
 cd "$B" || exit 1
 step info 30 "${MN[@]}" ./courier info
@@ -68,13 +70,13 @@ step trace 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 ./pingpo
 step bench-c-twocomms 120 "${M[@]}" ./p2p -group -twocomms
 step cuda 300 env COURIER_REQUIRE_GPU=2 ./cuda.test -test.v -test.count=1
 step nccl 240 "${MN[@]}" -x COURIER_REQUIRE_GPU="$NP" ./nccl.test -test.run '^TestGPU' -test.v -test.count=1 -test.timeout 230s
-step proctest-nccl-checked 200 "${MN[@]}" -x COURIER_REQUIRE_GPU="$NP" -x COURIER_BACKEND=nccl -x COURIER_CHECK=1 \
-	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 190s
+step proctest-nccl-checked 420 "${MN[@]}" -x COURIER_REQUIRE_GPU="$NP" -x COURIER_BACKEND=nccl -x COURIER_CHECK=1 \
+	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 400s
 # Without checks the cases of backend/nccl's needsChecks fail by design
 # (3 s each with COURIER_TIMEOUT=3s); the log lists them (grep ^FAIL or
 # "--- FAIL").
-step proctest-nccl-unchecked 200 "${MN[@]}" -x COURIER_BACKEND=nccl -x COURIER_CHECK=0 -x COURIER_TIMEOUT=3s \
-	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 190s
+step proctest-nccl-unchecked 420 "${MN[@]}" -x COURIER_BACKEND=nccl -x COURIER_CHECK=0 -x COURIER_TIMEOUT=3s \
+	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 400s
 for b in tcp nccl; do
 	for mem in host device stream; do
 		args=(-verify)
@@ -102,6 +104,9 @@ fi
 # shellcheck disable=SC2054 # the commas separate sizes within one argument
 sizes=(-lat 8,128k -bw 2m,32m,128m,512m)
 step compare 400 env B="$B" bash "$B/../scripts/gpu-compare.sh" 5 "$LOG/compare"
+# The collectives beside the same calls in C (bench/nccl/coll.c) on NP
+# ranks: 3 rounds, interleaved (scripts/gpu-coll.sh).
+step coll-compare 600 env B="$B" NP="$NP" bash "$B/../scripts/gpu-coll.sh" 3 "$LOG/coll-compare"
 step bench-nccl-host 150 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ./courier bench -pattern stream "${sizes[@]}"
 # Why the channels are blocking communicators: NCCL's non-blocking ones,
 # from C and from courier (about 4 ms per group in NCCL 2.28).
@@ -112,10 +117,12 @@ for f in info trace bench-c-twocomms bench-nccl-host bench-c-nonblocking trace-n
 	echo "== $f"
 	grep -E '^(#|kind|init|latency|bandwidth|courier nccl trace| +[0-9]+ +[0-9.]+ +[0-9.]+$|launcher|backend|COURIER|cuda|nccl| +cuda:)' "$LOG/$f.log"
 done
-if [ -f "$LOG/compare/table.md" ]; then
-	echo "== compare"
-	cat "$LOG/compare/table.md"
-fi
+for t in compare coll-compare; do
+	if [ -f "$LOG/$t/table.md" ]; then
+		echo "== $t"
+		cat "$LOG/$t/table.md"
+	fi
+done
 
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "FAILED: ${failed[*]}"

@@ -115,6 +115,9 @@ type conn struct {
 	check      bool
 	eng        engine
 	ctl        *control // the host connection to every other rank; nil with one rank
+	// world: the engine has a communicator of every rank, on channel
+	// worldChan(size), which runs the collectives (Collective).
+	world bool
 
 	mu        sync.Mutex
 	queue     []*request // posted, not yet issued, in posting order
@@ -132,6 +135,9 @@ type conn struct {
 	touched    []int
 
 	envOut [envSize]byte // an outgoing envelope, under mu
+
+	// connecting counts connectAll's first-contact operations not done.
+	connecting int
 
 	trace *traceStats // timings of every group, when COURIER_NCCL_TRACE is set
 
@@ -193,6 +199,7 @@ type connOptions struct {
 	eng        engine
 	ctl        *control
 	trace      *traceStats
+	world      bool
 }
 
 // newConn makes a communicator around an engine (and, with more than one
@@ -205,10 +212,11 @@ func newConn(o connOptions) *conn {
 		check:      o.check,
 		eng:        o.eng,
 		ctl:        o.ctl,
-		chans:      make([]channel, 2*o.size),
+		world:      o.world,
+		chans:      make([]channel, 2*o.size+1),
 		peers:      make([]peer, o.size),
-		pick:       make([]*group, 2*o.size),
-		flushState: make([]uint8, 2*o.size),
+		pick:       make([]*group, 2*o.size+1),
+		flushState: make([]uint8, 2*o.size+1),
 		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		trace:      o.trace,
@@ -229,6 +237,9 @@ func newConn(o connOptions) *conn {
 
 // chanOf returns the channel of request r.
 func chanOf(r *request) int {
+	if r.coll != 0 {
+		return worldChan(r.c.size)
+	}
 	if r.recv {
 		return recvChan(r.peer)
 	}
@@ -392,6 +403,10 @@ func (c *conn) internal(recv bool, buf backend.Buffer, peer, tag int, caller uin
 		return nil, fmt.Errorf("%w: messages with negative tags (the library's own) travel over the host connection and must be in host memory",
 			backend.ErrNotSupported)
 	}
+	// The program's queued operations go to NCCL now: a rank about to
+	// wait for the library's messages (a Barrier, a collective over
+	// point-to-point) must not hold back a send its peers wait for first.
+	c.poke()
 	if recv {
 		return c.ctl.tc.Irecv(buf, peer, tag, caller)
 	}
@@ -555,10 +570,10 @@ func (c *conn) issueLocked() {
 				c.pick[ch] = g
 			}
 		}
-		if c.flushState[ch] == open && r.buf.Mem == backend.Host && r.buf.Len() > 0 {
+		if hb := r.hostBytes(); c.flushState[ch] == open && hb > 0 {
 			// Host memory is staged: past stageCap bytes of it on the
 			// channel, the rest waits until earlier groups are done.
-			if cur := c.stagedLocked(ch) + c.pick[ch].staged; cur > 0 && cur+r.buf.Len() > c.stageCap {
+			if cur := c.stagedLocked(ch) + c.pick[ch].staged; cur > 0 && cur+hb > c.stageCap {
 				c.flushState[ch] = blocked
 			}
 		}
@@ -603,6 +618,13 @@ func (c *conn) stagedLocked(ch int) int64 {
 // it will complete with.
 func (c *conn) prepareLocked(r *request, g *group) {
 	r.stage = stageIssued
+	if r.coll != 0 {
+		r.st = backend.Status{Source: c.rank, Tag: -1, Count: r.recvBuf.Count}
+		g.staged += r.hostBytes()
+		g.ops = append(g.ops, op{r: r, peer: -1, buf: r.buf, typ: r.buf.Type, count: r.buf.Count,
+			coll: r.coll, buf2: r.recvBuf, redop: r.op, root: r.root})
+		return
+	}
 	o := op{r: r, recv: r.recv, peer: r.peer, buf: r.buf, typ: r.buf.Type, count: r.buf.Count}
 	if r.recv {
 		r.st = backend.Status{Source: r.peer, Tag: r.tag, Count: r.buf.Count}
@@ -746,6 +768,8 @@ func (c *conn) progressChanLocked(i int) {
 				r.complete(r.st, r.verdict)
 			} else if m := g.ops[j].early; m != nil {
 				c.landedLocked(m)
+			} else {
+				c.connecting-- // first contact (connectAll)
 			}
 		}
 		c.putGroup(g)
@@ -753,7 +777,7 @@ func (c *conn) progressChanLocked(i int) {
 	// A channel whose peer is gone gets lostGrace after its last progress
 	// to finish what is on the GPU: the peer delivered what it sent before
 	// it left, and a receive of anything else never completes.
-	if lost := c.peers[chanPeer(i)].lost; lost != nil && len(ch.inflight) > 0 {
+	if lost := c.lostOfLocked(i); lost != nil && len(ch.inflight) > 0 {
 		now := time.Now()
 		switch {
 		case ch.graceUntil.IsZero():
@@ -762,6 +786,20 @@ func (c *conn) progressChanLocked(i int) {
 			c.failChanLocked(i, fmt.Errorf("%w (its operations on the GPU did not finish within %v; the channel was aborted)", lost, lostGrace))
 		}
 	}
+}
+
+// lostOfLocked returns why channel i's peer is gone (for the channel of
+// all ranks, the first rank found gone), or nil.
+func (c *conn) lostOfLocked(i int) error {
+	if i != worldChan(c.size) {
+		return c.peers[chanPeer(i)].lost
+	}
+	for p := range c.peers {
+		if c.peers[p].lost != nil {
+			return c.peers[p].lost
+		}
+	}
+	return nil
 }
 
 // getGroup takes a group from the free list.
@@ -923,6 +961,9 @@ func (c *conn) peerLost(p int, err error) {
 		// (an abort of p's may wait until this rank aborts its side).
 		c.failChanLocked(sendChan(p), err)
 		c.failChanLocked(recvChan(p), err)
+		if c.world {
+			c.failChanLocked(worldChan(c.size), err)
+		}
 	}
 	c.kick()
 }
@@ -1048,6 +1089,7 @@ func (c *conn) connectAll(ctx context.Context, ops func(p int) (send, recv op)) 
 			continue
 		}
 		s, r := ops(p)
+		c.connecting += 2
 		for _, o := range []op{s, r} {
 			g := c.getGroup()
 			g.ch = sendChan(p)
@@ -1061,7 +1103,11 @@ func (c *conn) connectAll(ctx context.Context, ops func(p int) (send, recv op)) 
 	c.mu.Unlock()
 	for delay := time.Microsecond; ; delay = min(2*delay, time.Millisecond) {
 		c.mu.Lock()
-		busy := c.progressLocked()
+		c.progressLocked()
+		// Only first contact counts: a peer that has connected may have
+		// sent this rank a message already (an early receive of checked
+		// mode), which completes only once the peer flushes it.
+		busy := c.connecting > 0
 		var err error
 		for i := range c.chans {
 			if err = c.chans[i].err; err != nil {

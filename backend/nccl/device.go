@@ -44,6 +44,8 @@ type device struct {
 	lib     *library
 	hooks   *devHooks
 	dev     cuda.Device
+	rank    int            // this rank
+	size    int            // ranks in the job
 	comms   []uintptr      // by channel; 0 for none (this rank's own), and once aborted or destroyed
 	streams []*cuda.Stream // by channel
 	ops     cOps           // reused by every launch
@@ -253,7 +255,7 @@ func (d *device) setShared(shared []*cuda.Stream) {
 // and nothing ever waits there behind another channel's work.
 func (d *device) pick(ch int) (*cuda.Stream, bool) {
 	own := d.streams[ch]
-	if d.shared == nil {
+	if d.shared == nil || ch == worldChan(d.size) {
 		return own, false
 	}
 	sh := d.shared[chanPeer(ch)]
@@ -316,7 +318,10 @@ func (d *device) launch(g *group) (bool, error) {
 	var need int64
 	for i := range g.ops {
 		o := &g.ops[i]
-		if o.addr == 0 && !o.token && (o.scratch || o.buf.Mem == backend.Host) {
+		switch {
+		case o.coll != 0:
+			need += collStaging(o)
+		case o.addr == 0 && !o.token && (o.scratch || o.buf.Mem == backend.Host):
 			need += alignUp(o.bytes())
 		}
 	}
@@ -340,6 +345,12 @@ func (d *device) launch(g *group) (bool, error) {
 	var off int64
 	for i := range g.ops {
 		o := &g.ops[i]
+		if o.coll != 0 {
+			if err := d.addColl(o, st, &off, comm, s); err != nil {
+				return false, err
+			}
+			continue
+		}
 		n := o.bytes()
 		typ, count, err := wireType(o.typ, o.count)
 		if err != nil {
@@ -411,6 +422,110 @@ func (d *device) launch(g *group) (bool, error) {
 		d.events = append(d.events, ev)
 	}
 	return inProgress, err
+}
+
+// collStaging is the staging memory collective o needs: its host
+// buffers (a Bcast's one buffer once), or, for an Alltoall in place in
+// device memory, a copy of the send buffer (a rank's receives must not
+// overwrite what it has yet to send).
+func collStaging(o *op) int64 {
+	switch {
+	case o.buf.Mem == backend.Host && o.coll == backend.Bcast:
+		return alignUp(o.buf.Len())
+	case o.buf.Mem == backend.Host:
+		return alignUp(o.buf.Len()) + alignUp(o.buf2.Len())
+	case o.coll == backend.Alltoall && o.buf.Count > 0 && o.buf.Ptr == o.buf2.Ptr:
+		return alignUp(o.buf.Len())
+	}
+	return 0
+}
+
+// addColl adds collective o to the launch on communicator comm (the
+// channel of all ranks) and stream s: host buffers are staged through the
+// group's slab from *off on (the send buffer copied in before, the receive
+// buffer copied back after), device buffers go as they are. An Alltoall is
+// a send and a receive with every rank.
+func (d *device) addColl(o *op, st *staged, off *int64, comm uintptr, s *cuda.Stream) error {
+	// in copies buffer b into the slab (from the host, or, with fromDev,
+	// from the device) and returns its address there.
+	in := func(b backend.Buffer, fromDev bool) (uintptr, error) {
+		n := b.Len()
+		ptr := st.slab.dev.Ptr() + uintptr(*off)
+		dst, err := st.slab.dev.Sub(*off, *off+n)
+		if err == nil && fromDev {
+			err = cuda.CopyDeviceAsync(dst, cuda.ByteView(uintptr(b.Ptr), n, d.dev), s)
+		} else if err == nil {
+			pin := st.slab.host.Slice()[*off : *off+n]
+			copy(pin, b.Bytes())
+			err = cuda.CopyToDeviceAsync(dst, pin, s)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("nccl: staging the %v's %d bytes: %w", o.coll, n, err)
+		}
+		*off += alignUp(n)
+		return ptr, nil
+	}
+	send, recv := uintptr(o.buf.Ptr), uintptr(o.buf2.Ptr)
+	var err error
+	switch {
+	case o.buf.Mem == backend.Host && o.buf.Count > 0:
+		at := *off
+		if send, err = in(o.buf, false); err != nil {
+			return err
+		}
+		if o.coll == backend.Bcast {
+			recv = send
+			st.backs = append(st.backs, copyBack{off: at, n: o.buf.Len(), dst: o.buf.Ptr})
+		} else if n := o.buf2.Len(); n > 0 {
+			recv = st.slab.dev.Ptr() + uintptr(*off)
+			st.backs = append(st.backs, copyBack{off: *off, n: n, dst: o.buf2.Ptr})
+			*off += alignUp(n)
+		}
+	case o.coll == backend.Alltoall && o.buf.Count > 0 && o.buf.Ptr == o.buf2.Ptr:
+		if send, err = in(o.buf, true); err != nil {
+			return err
+		}
+	}
+	if o.buf2.Count == 0 {
+		recv = send // a non-root's Reduce: NCCL does not write it
+	}
+	stream := s.Handle()
+	if o.coll == backend.Alltoall {
+		n := o.count / int64(d.size)
+		typ, count, err := wireType(o.typ, n)
+		if err != nil {
+			return err
+		}
+		bytes := n * int64(o.typ.Size())
+		block := uintptr(bytes)
+		if bytes == 0 {
+			return nil
+		}
+		// This rank's own block is a copy on the stream, before the
+		// group: NCCL's sends to oneself cost a kernel.
+		own := uintptr(d.rank) * block
+		err = cuda.CopyDeviceAsync(cuda.ByteView(recv+own, bytes, d.dev), cuda.ByteView(send+own, bytes, d.dev), s)
+		if err != nil {
+			return fmt.Errorf("nccl: copying this rank's block of an alltoall: %w", err)
+		}
+		for p := range d.size {
+			if p != d.rank {
+				d.ops.add(comm, stream, send+uintptr(p)*block, count, p, typ, false)
+				d.ops.add(comm, stream, recv+uintptr(p)*block, count, p, typ, true)
+			}
+		}
+		return nil
+	}
+	n := o.count
+	if o.coll == backend.ReduceScatter {
+		n = o.buf2.Count
+	}
+	typ, count, ok := collType(o.typ, n, o.coll.Reduces(), o.redop)
+	if !ok {
+		return fmt.Errorf("nccl: internal error: NCCL has no %v of %v", o.redop, o.typ)
+	}
+	d.ops.addColl(comm, stream, o.coll, send, recv, count, typ, ncclOps[o.redop], o.root)
+	return nil
 }
 
 // channelPeer is the NCCL rank of the other end of channel ch: on the

@@ -60,3 +60,43 @@ func wireType(t backend.DType, count int64) (ncclType, uint64, error) {
 	}
 	return ncclUint8, uint64(count * size), nil
 }
+
+// ncclRedOp is an ncclRedOp_t (nccl.h).
+type ncclRedOp int32
+
+// NCCL's reduction operators, by courier's.
+var ncclOps = map[backend.Op]ncclRedOp{
+	backend.Sum:  0, // ncclSum
+	backend.Prod: 1, // ncclProd
+	backend.Max:  2, // ncclMax
+	backend.Min:  3, // ncclMin
+}
+
+// collType returns the NCCL type and element count in which NCCL runs a
+// collective of count elements of t: for one that combines values (op
+// set), t's own NCCL type, or, for a Sum of complex numbers, their real
+// type with twice the count; for one that only moves them, any form
+// (wireType). ok is false where NCCL cannot (int16 and uint16, products of
+// complex numbers, Min and Max of them).
+func collType(t backend.DType, count int64, reduces bool, op backend.Op) (ncclType, uint64, bool) {
+	if !reduces {
+		nt, n, err := wireType(t, count)
+		return nt, n, err == nil
+	}
+	if _, ok := ncclOps[op]; !ok || count < 0 {
+		return 0, 0, false
+	}
+	if nt, ok := ncclTypes[t]; ok {
+		return nt, uint64(count), true
+	}
+	if op != backend.Sum || count > math.MaxInt64/2 {
+		return 0, 0, false
+	}
+	switch t {
+	case backend.Complex64:
+		return ncclFloat32, uint64(2 * count), true
+	case backend.Complex128:
+		return ncclFloat64, uint64(2 * count), true
+	}
+	return 0, 0, false
+}

@@ -88,8 +88,13 @@ type engine interface {
 func sendChan(p int) int { return 2 * p }
 func recvChan(p int) int { return 2*p + 1 }
 
-// chanPeer returns the rank at the other end of channel ch.
+// chanPeer returns the rank at the other end of channel ch (size, for the
+// channel of all ranks).
 func chanPeer(ch int) int { return ch / 2 }
+
+// worldChan is the channel of the collectives in a job of size ranks: an
+// NCCL communicator of every rank, after the two channels of each rank.
+func worldChan(size int) int { return 2 * size }
 
 // op is one send or receive of a group.
 type op struct {
@@ -119,10 +124,31 @@ type op struct {
 	// the engine's own memory, so that its receive completes only once it
 	// was sent, as in MPI (count and typ say one byte).
 	token bool
+	// coll is set for a collective, on the channel of all ranks
+	// (worldChan): buf is its send buffer and buf2 its receive buffer, in
+	// the shapes backend.CollKind describes, redop and root as the kind
+	// needs; typ and count are buf's.
+	coll  backend.CollKind
+	buf2  backend.Buffer
+	redop backend.Op
+	root  int
 }
 
-// bytes is the size of the data the op moves.
+// bytes is the size of the data the op moves (a collective: its send
+// buffer's).
 func (o *op) bytes() int64 { return o.count * int64(o.typ.Size()) }
+
+// hostBytes is the size of the host memory the op's buffers hold.
+func (o *op) hostBytes() int64 {
+	var n int64
+	if o.buf.Mem == backend.Host {
+		n += o.buf.Len()
+	}
+	if o.coll != 0 && o.coll != backend.Bcast && o.buf2.Mem == backend.Host {
+		n += o.buf2.Len()
+	}
+	return n
+}
 
 // group is the unit of issue: the operations one flush hands NCCL between
 // ncclGroupStart and ncclGroupEnd, and the requests they complete.

@@ -106,6 +106,14 @@ const (
 	// faster on one stream). For comparisons; anything but 0, 1 or unset
 	// makes Open fail with ErrInvalid.
 	SharedStreamEnv = "COURIER_NCCL_SHARED_STREAM"
+	// CollectivesEnv names the variable that, set to 0 on rank 0, makes
+	// Open skip the NCCL communicator of every rank, which runs the
+	// collectives (mp.Allreduce, …): they then run over point-to-point
+	// messages, host memory and the host connection, as on tcp. By
+	// default (1 or unset) Open makes it beside the channels. Rank 0's
+	// setting decides for every rank; anything but 0, 1 or unset makes
+	// Open fail with ErrInvalid.
+	CollectivesEnv = "COURIER_NCCL_COLLECTIVES"
 	// minVersion is the oldest NCCL the backend works with:
 	// non-blocking communicators and ncclCommFinalize came in 2.14.
 	minVersion = 21400
@@ -248,13 +256,19 @@ func setupLocal(cfg backend.Config) (*local, error) {
 		return nil, err
 	}
 	lo := &local{lib: lib, dev: dev, ids: make([][idBytes]byte, cfg.Job.Size)}
+	world, err := collectivesMode(cfg.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	lo.host, _ = os.Hostname()
 	lo.bus, _ = dev.PCIBusID()
 	if lo.hooks, err = newDevHooks(dev); err != nil {
 		return nil, fmt.Errorf("nccl: preparing %v: %w", dev, err)
 	}
 	for p := range lo.ids {
-		if p != cfg.Job.Rank {
+		// Rank 0's own entry is the ID of the communicator of every rank
+		// (zero: none).
+		if p != cfg.Job.Rank || p == 0 && world && cfg.Job.Size > 1 {
 			if lo.ids[p], err = lib.uniqueID(); err != nil {
 				return nil, err
 			}
@@ -266,7 +280,8 @@ func setupLocal(cfg backend.Config) (*local, error) {
 // The hello each rank contributes to the exchange: a status byte, then
 // either the reason it cannot join, or its host name, its GPU's PCI
 // address and the NCCL unique IDs of its send channels (one per rank,
-// zeros for itself).
+// zeros for itself; rank 0 has the ID of the communicator of every rank
+// there, or zeros for none).
 const (
 	helloOK          = 0
 	helloUnsupported = 1 // the reason matches ErrNotSupported
@@ -397,12 +412,15 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		}
 	}
 
+	world := job.Size > 1 && hellos[0].ids[0] != [idBytes]byte{}
 	eng := &device{
 		lib: lo.lib, hooks: lo.hooks, dev: lo.dev,
+		rank:     job.Rank,
+		size:     job.Size,
 		blocking: blocking,
 		timed:    traced,
-		comms:    make([]uintptr, 2*job.Size),
-		streams:  make([]*cuda.Stream, 2*job.Size),
+		comms:    make([]uintptr, 2*job.Size+1),
+		streams:  make([]*cuda.Stream, 2*job.Size+1),
 	}
 	fail := func(err error, ctl *control) (backend.Conn, error) {
 		if ctl != nil { // the others first: an abort may wait for its peer's
@@ -424,6 +442,11 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 				if eng.streams[ch], err = cuda.NewStream(lo.dev); err != nil {
 					return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
 				}
+			}
+		}
+		if world {
+			if eng.streams[worldChan(job.Size)], err = cuda.NewStream(lo.dev); err != nil {
+				return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
 			}
 		}
 		if share {
@@ -450,7 +473,7 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		if events {
 			flagsDone <- errors.New(EventsEnv + "=1")
 		} else {
-			go func() { flagsDone <- eng.useFlags(2*job.Size, eng.streams[sendChan((job.Rank+1)%job.Size)]) }()
+			go func() { flagsDone <- eng.useFlags(len(eng.comms), eng.streams[sendChan((job.Rank+1)%job.Size)]) }()
 		}
 		var joined bool
 		joinFlags := func() {
@@ -482,7 +505,7 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 	}
 	c := newConn(connOptions{
 		rank: job.Rank, size: job.Size, dev: int(lo.dev), check: cfg.Check,
-		eng: eng, ctl: ctl, trace: tr,
+		eng: eng, ctl: ctl, trace: tr, world: world,
 	})
 	base := eng.warm.Ptr()
 	if eng.blocking {
@@ -500,7 +523,19 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 		return nil, err
 	}
 	phase("every channel connected")
+	if world {
+		if err = c.warmWorld(ctx, base); err != nil {
+			return nil, err
+		}
+		phase("the communicator of every rank connected")
+	}
 	return c, nil
+}
+
+// collectivesMode reads CollectivesEnv: whether Open makes the
+// communicator of every rank.
+func collectivesMode(getenv func(string) string) (bool, error) {
+	return envSwitch(getenv, CollectivesEnv, true, "NCCL runs the collectives", "they run over point-to-point messages")
 }
 
 // blockingMode reads BlockingEnv: whether the channels are blocking
@@ -552,10 +587,10 @@ func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) e
 		return initBlocking(ctx, d, rank, size, hellos)
 	}
 	for _, c := range channelSpecs(rank, size, hellos) {
-		comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id, false)
+		comm, err := d.lib.initComm(d.hooks, c.nranks, c.nrank, c.id, false)
 		d.comms[c.ch] = comm
 		if err != nil {
-			return fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(c.nrank), chanPeer(c.ch), err)
+			return fmt.Errorf("nccl: creating %s: %w", chanName(c.ch, size), err)
 		}
 	}
 	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
@@ -566,7 +601,7 @@ func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) e
 			}
 			inProgress, err := d.lib.asyncState(comm)
 			if err != nil {
-				return fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(ch%2), chanPeer(ch), err)
+				return fmt.Errorf("nccl: creating %s: %w", chanName(ch, size), err)
 			}
 			if inProgress {
 				pending++
@@ -599,7 +634,7 @@ func initBlocking(ctx context.Context, d *device, rank, size int, hellos []hello
 	specs := channelSpecs(rank, size, hellos)
 	for _, c := range specs {
 		go func() {
-			comm, err := d.lib.initComm(d.hooks, 2, c.nrank, c.id, true)
+			comm, err := d.lib.initComm(d.hooks, c.nranks, c.nrank, c.id, true)
 			results <- result{c.ch, comm, err}
 		}()
 	}
@@ -610,7 +645,7 @@ func initBlocking(ctx context.Context, d *device, rank, size int, hellos []hello
 		case r := <-results:
 			d.comms[r.ch] = r.comm
 			if r.err != nil {
-				errs = append(errs, fmt.Errorf("nccl: creating the channel %s rank %d: %w", dirWord(r.ch%2), chanPeer(r.ch), r.err))
+				errs = append(errs, fmt.Errorf("nccl: creating %s: %w", chanName(r.ch, size), r.err))
 			}
 		case <-ctx.Done():
 			return fmt.Errorf("nccl: ncclCommInitRankConfig (blocking, rank %d of %d on %v) did not finish: did every rank start, on its own GPU? %w",
@@ -621,30 +656,38 @@ func initBlocking(ctx context.Context, d *device, rank, size int, hellos []hello
 }
 
 // channelSpec is what creating one channel's communicator takes: the
-// channel, this rank's NCCL rank in it (0 on its sends to a rank, 1 on its
-// receives from it), and the unique ID (the sender's).
+// channel, its number of ranks and this rank's NCCL rank in it (on a
+// channel, 0 on its sends to a rank, 1 on its receives from it), and the
+// unique ID (the sender's; rank 0's for the communicator of every rank).
 type channelSpec struct {
-	ch, nrank int
-	id        [idBytes]byte
+	ch, nranks, nrank int
+	id                [idBytes]byte
 }
 
-// channelSpecs lists this rank's channels, two per other rank.
+// channelSpecs lists this rank's channels, two per other rank, and the
+// communicator of every rank if rank 0 made its ID.
 func channelSpecs(rank, size int, hellos []hello) []channelSpec {
 	var out []channelSpec
 	for p := range size {
 		if p != rank {
 			out = append(out,
-				channelSpec{sendChan(p), 0, hellos[rank].ids[p]},
-				channelSpec{recvChan(p), 1, hellos[p].ids[rank]})
+				channelSpec{sendChan(p), 2, 0, hellos[rank].ids[p]},
+				channelSpec{recvChan(p), 2, 1, hellos[p].ids[rank]})
 		}
+	}
+	if id := hellos[0].ids[0]; size > 1 && id != [idBytes]byte{} {
+		out = append(out, channelSpec{worldChan(size), size, rank, id})
 	}
 	return out
 }
 
-// dirWord names a channel's direction from this rank: to (0) or from (1).
-func dirWord(recv int) string {
-	if recv == 1 {
-		return "from"
+// chanName names channel ch of a job of size ranks, for errors.
+func chanName(ch, size int) string {
+	switch {
+	case ch == worldChan(size):
+		return "the communicator of every rank"
+	case ch%2 == 1:
+		return fmt.Sprintf("the channel from rank %d", chanPeer(ch))
 	}
-	return "to"
+	return fmt.Sprintf("the channel to rank %d", chanPeer(ch))
 }

@@ -91,6 +91,11 @@ typedef struct {
 	ncclResult_t (*groupEnd)(void);
 	ncclResult_t (*send)(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, void *stream);
 	ncclResult_t (*recv)(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, void *stream);
+	ncclResult_t (*allReduce)(const void *send, void *recv, size_t count, ncclDataType_t type, int op, ncclComm_t comm, void *stream);
+	ncclResult_t (*broadcast)(const void *send, void *recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, void *stream);
+	ncclResult_t (*reduce)(const void *send, void *recv, size_t count, ncclDataType_t type, int op, int root, ncclComm_t comm, void *stream);
+	ncclResult_t (*allGather)(const void *send, void *recv, size_t sendcount, ncclDataType_t type, ncclComm_t comm, void *stream);
+	ncclResult_t (*reduceScatter)(const void *send, void *recv, size_t recvcount, ncclDataType_t type, int op, ncclComm_t comm, void *stream);
 } courier_nccl_lib;
 
 // How a thread reaches the device: the context to push and the driver
@@ -117,17 +122,28 @@ typedef struct {
 	uint64_t value;
 } courier_nccl_after;
 
-// One send or receive of a group, with the communicator and stream it
-// goes on (a group may span several communicators).
+// One operation of a group, with the communicator and stream it goes on
+// (a group may span several communicators): a send, a receive, or a
+// collective.
+enum {
+	COURIER_OP_SEND = 0,
+	COURIER_OP_RECV = 1,
+	COURIER_OP_ALLREDUCE = 2,
+	COURIER_OP_BROADCAST = 3,
+	COURIER_OP_REDUCE = 4,
+	COURIER_OP_ALLGATHER = 5,
+	COURIER_OP_REDUCESCATTER = 6,
+};
 typedef struct {
-	uint64_t buf;    // device address
-	uint64_t count;  // elements of type
+	uint64_t buf;    // device address (a collective's send buffer)
+	uint64_t buf2;   // a collective's receive buffer
+	uint64_t count;  // elements of type (ncclAllGather: sent; ncclReduceScatter: received)
 	uint64_t comm;   // ncclComm_t
 	uint64_t stream; // CUstream
-	int32_t peer;
+	int32_t peer;    // the peer, or a collective's root
 	int32_t type;    // ncclDataType_t
-	int32_t recv;    // 1: ncclRecv, 0: ncclSend
-	int32_t pad;
+	int32_t recv;    // the kind: COURIER_OP_*
+	int32_t redop;   // ncclRedOp_t of a reduction
 } courier_nccl_op;
 
 // Result codes the wrappers add to NCCL's (which are small non-negative
@@ -177,6 +193,11 @@ static courier_nccl_lib *courier_nccl_open(const char *path, char *err, size_t e
 	COURIER_NCCL_SYM(groupEnd, "ncclGroupEnd");
 	COURIER_NCCL_SYM(send, "ncclSend");
 	COURIER_NCCL_SYM(recv, "ncclRecv");
+	COURIER_NCCL_SYM(allReduce, "ncclAllReduce");
+	COURIER_NCCL_SYM(broadcast, "ncclBroadcast");
+	COURIER_NCCL_SYM(reduce, "ncclReduce");
+	COURIER_NCCL_SYM(allGather, "ncclAllGather");
+	COURIER_NCCL_SYM(reduceScatter, "ncclReduceScatter");
 #undef COURIER_NCCL_SYM
 	return l;
 }
@@ -298,11 +319,34 @@ static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nc
 			const courier_nccl_op *o = &ops[i];
 			ncclComm_t comm = (ncclComm_t)(uintptr_t)o->comm;
 			void *stream = (void *)(uintptr_t)o->stream;
+			const void *in = (const void *)(uintptr_t)o->buf;
+			void *out = (void *)(uintptr_t)o->buf2;
+			size_t count = (size_t)o->count;
 			ncclResult_t e;
-			if (o->recv) {
-				e = l->recv((void *)(uintptr_t)o->buf, (size_t)o->count, o->type, o->peer, comm, stream);
-			} else {
-				e = l->send((const void *)(uintptr_t)o->buf, (size_t)o->count, o->type, o->peer, comm, stream);
+			switch (o->recv) {
+			case COURIER_OP_RECV:
+				e = l->recv((void *)(uintptr_t)o->buf, count, o->type, o->peer, comm, stream);
+				break;
+			case COURIER_OP_SEND:
+				e = l->send(in, count, o->type, o->peer, comm, stream);
+				break;
+			case COURIER_OP_ALLREDUCE:
+				e = l->allReduce(in, out, count, o->type, o->redop, comm, stream);
+				break;
+			case COURIER_OP_BROADCAST:
+				e = l->broadcast(in, out, count, o->type, o->peer, comm, stream);
+				break;
+			case COURIER_OP_REDUCE:
+				e = l->reduce(in, out, count, o->type, o->redop, o->peer, comm, stream);
+				break;
+			case COURIER_OP_ALLGATHER:
+				e = l->allGather(in, out, count, o->type, comm, stream);
+				break;
+			case COURIER_OP_REDUCESCATTER:
+				e = l->reduceScatter(in, out, count, o->type, o->redop, comm, stream);
+				break;
+			default:
+				e = 4; // ncclInvalidArgument
 			}
 			// In a group a non-blocking communicator may answer
 			// ncclInProgress for an op; only ncclGroupEnd's answer counts.
@@ -600,10 +644,13 @@ func (l *library) groupThen(h *devHooks, ops cOps, timed bool, then *after) (inP
 	if failed >= 0 {
 		o := ops[failed]
 		comm = uintptr(o.comm)
-		if o.recv != 0 {
+		switch o.recv {
+		case C.COURIER_OP_RECV:
 			op = fmt.Sprintf("ncclRecv(%d elements from NCCL rank %d)", uint64(o.count), int(o.peer))
-		} else {
+		case C.COURIER_OP_SEND:
 			op = fmt.Sprintf("ncclSend(%d elements to NCCL rank %d)", uint64(o.count), int(o.peer))
+		default:
+			op = fmt.Sprintf("%s(%d elements)", collCallNames[o.recv], uint64(o.count))
 		}
 	}
 	return false, nccl, done, l.check(int(r), op, comm, cu)
@@ -663,9 +710,9 @@ type cOps []C.courier_nccl_op
 
 // add appends one send or receive, on communicator comm and stream.
 func (o *cOps) add(comm, stream, buf uintptr, count uint64, peer int, typ ncclType, recv bool) {
-	var r C.int32_t
+	var r C.int32_t = C.COURIER_OP_SEND
 	if recv {
-		r = 1
+		r = C.COURIER_OP_RECV
 	}
 	*o = append(*o, C.courier_nccl_op{
 		buf:    C.uint64_t(buf),
@@ -675,5 +722,43 @@ func (o *cOps) add(comm, stream, buf uintptr, count uint64, peer int, typ ncclTy
 		peer:   C.int32_t(peer),
 		_type:  C.int32_t(typ),
 		recv:   r,
+	})
+}
+
+// collCallNames names the NCCL call of each collective kind of op.
+var collCallNames = map[C.int32_t]string{
+	C.COURIER_OP_ALLREDUCE: "ncclAllReduce", C.COURIER_OP_BROADCAST: "ncclBroadcast", C.COURIER_OP_REDUCE: "ncclReduce",
+	C.COURIER_OP_ALLGATHER: "ncclAllGather", C.COURIER_OP_REDUCESCATTER: "ncclReduceScatter",
+}
+
+// addColl appends a collective (not Alltoall, which is sends and
+// receives), on communicator comm and stream: count as the NCCL call
+// takes it, root for Bcast and Reduce.
+func (o *cOps) addColl(comm, stream uintptr, kind backend.CollKind, send, recv uintptr, count uint64, typ ncclType, op ncclRedOp, root int) {
+	var k C.int32_t
+	switch kind {
+	case backend.Allreduce:
+		k = C.COURIER_OP_ALLREDUCE
+	case backend.Bcast:
+		k = C.COURIER_OP_BROADCAST
+	case backend.Reduce:
+		k = C.COURIER_OP_REDUCE
+	case backend.Allgather:
+		k = C.COURIER_OP_ALLGATHER
+	case backend.ReduceScatter:
+		k = C.COURIER_OP_REDUCESCATTER
+	default:
+		k = -1 // the C side answers ncclInvalidArgument
+	}
+	*o = append(*o, C.courier_nccl_op{
+		buf:    C.uint64_t(send),
+		buf2:   C.uint64_t(recv),
+		count:  C.uint64_t(count),
+		comm:   C.uint64_t(comm),
+		stream: C.uint64_t(stream),
+		peer:   C.int32_t(root),
+		_type:  C.int32_t(typ),
+		recv:   k,
+		redop:  C.int32_t(op),
 	})
 }

@@ -68,3 +68,5 @@ func (h *devHooks) copyFrom(dst unsafe.Pointer, src uintptr, n int64) error { re
 type cOps []struct{}
 
 func (o *cOps) add(uintptr, uintptr, uintptr, uint64, int, ncclType, bool) {}
+func (o *cOps) addColl(uintptr, uintptr, backend.CollKind, uintptr, uintptr, uint64, ncclType, ncclRedOp, int) {
+}

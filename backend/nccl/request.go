@@ -45,6 +45,12 @@ type request struct {
 	// early is the early message a checked receive took (see match.go):
 	// it completes when that has landed and been copied.
 	early *inMsg
+	// coll is set for a collective: buf is its send buffer, recvBuf its
+	// receive buffer; op and root as the kind needs (peer is -1).
+	coll    backend.CollKind
+	recvBuf backend.Buffer
+	op      backend.Op
+	root    int
 
 	done   atomic.Bool
 	mu     sync.Mutex // guards doneCh and closed
@@ -78,6 +84,7 @@ func (r *request) Release() {
 func (r *request) recycle() {
 	r.c, r.buf, r.caller, r.stage, r.seq = nil, backend.Buffer{}, 0, stageQueued, 0
 	r.st, r.verdict, r.err, r.early = backend.Status{}, nil, nil, nil
+	r.coll, r.recvBuf, r.op, r.root = 0, backend.Buffer{}, 0, 0
 	r.doneCh, r.closed = nil, false
 	r.done.Store(false)
 	reqPool.Put(r)
@@ -163,8 +170,24 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // info describes the request for Pending.
 func (r *request) info() backend.OpInfo {
 	op := "send"
-	if r.recv {
+	switch {
+	case r.coll != 0:
+		op = r.coll.String()
+	case r.recv:
 		op = "recv"
 	}
 	return backend.OpInfo{Op: op, Peer: r.peer, Tag: r.tag, Count: r.buf.Count, Type: r.buf.Type, Caller: r.caller}
+}
+
+// hostBytes is the size of the host memory of r's buffers (staged through
+// the GPU's memory).
+func (r *request) hostBytes() int64 {
+	var n int64
+	if r.buf.Mem == backend.Host {
+		n = r.buf.Len()
+	}
+	if r.coll != 0 && r.coll != backend.Bcast && r.recvBuf.Mem == backend.Host {
+		n += r.recvBuf.Len()
+	}
+	return n
 }

@@ -59,7 +59,7 @@ func (c *conn) waitOn(r *request, s *cuda.Stream) error {
 		if r.stage == stageLocal {
 			return fmt.Errorf("%w: WaitOn: a message between a rank and itself is copied by the CPU; Wait for it", backend.ErrNotSupported)
 		}
-		if r.recv && r.buf.Mem == backend.Host {
+		if r.recv && r.buf.Mem == backend.Host || r.coll != 0 && r.recvBuf.Mem == backend.Host && r.recvBuf.Count > 0 {
 			return fmt.Errorf("%w: WaitOn: a receive into host memory is ready only when Wait or Test reports it (the CPU copies it out of staging memory); receive into device memory to wait on the GPU",
 				backend.ErrNotSupported)
 		}

@@ -30,6 +30,7 @@ func collectiveCases() []Case {
 		{Name: "Coll/BadArguments", MinRanks: 1, Run: collBadArguments},
 		{Name: "Coll/WithPointToPoint", MinRanks: 2, Run: collWithPointToPoint},
 		{Name: "Coll/Sequence", MinRanks: 1, Run: collSequence},
+		{Name: "Coll/PendingSendProgresses", MinRanks: 2, Run: collPendingSend},
 	}
 	return append(cases,
 		allreduceCase[[]int8]("int8"),
@@ -476,4 +477,32 @@ func collSequence(t T, c *mp.Comm) {
 			}
 		}
 	}
+}
+
+// collPendingSend: rank 0 posts a send to rank 1 and enters an Allreduce
+// and a Barrier before waiting for it; rank 1 receives it (blocking)
+// before it enters them. The send must progress while rank 0 waits in the
+// collectives (MPI's progress rule), or both wait forever.
+func collPendingSend(t T, c *mp.Comm) {
+	msg := block(0, 100000)
+	v := []int64{1}
+	switch c.Rank() {
+	case 0:
+		q := mp.Isend(c, msg, 1, 6)
+		require.NoError(t, mp.Allreduce(c, v, v, mp.Sum))
+		require.NoError(t, mp.Barrier(c))
+		_, err := q.Wait()
+		require.NoError(t, err)
+	case 1:
+		got := make([]uint64, len(msg))
+		_, err := mp.Recv(c, got, 0, 6)
+		require.NoError(t, err)
+		sameBits(t, "the message sent before the collectives", got, msg)
+		require.NoError(t, mp.Allreduce(c, v, v, mp.Sum))
+		require.NoError(t, mp.Barrier(c))
+	default:
+		require.NoError(t, mp.Allreduce(c, v, v, mp.Sum))
+		require.NoError(t, mp.Barrier(c))
+	}
+	assert.Equal(t, []int64{int64(c.Size())}, v)
 }

@@ -1,4 +1,4 @@
-// Package conformance is courier's point-to-point conformance suite: the
+// Package conformance is courier's conformance suite: the
 // cases every backend must pass, written against package mp only, so that
 // the TCP backend (ranks as goroutines, through internal/ranktest) and the
 // NCCL backend (ranks as processes under mpirun) run the same code.

@@ -9,9 +9,30 @@
 // synchronize): copies and event records at once, NCCL operations only
 // when the matching operation of the peer is at the head of its own
 // stream (the k-th send from NCCL rank a to b of a communicator pairs with
-// the k-th receive at b from a). A send smaller than its receive leaves the
-// receive hanging, as NCCL does. So a stream blocked by an NCCL operation
-// blocks everything queued after it, as on a GPU.
+// the k-th receive at b from a). The sends and receives a group puts on a
+// stream, one after another, count as at its head together (they run in
+// one kernel on a GPU), so a group may send to and receive from a peer
+// that does the same, as an all-to-all does. A send smaller than its
+// receive leaves the receive hanging, as NCCL does. So a stream blocked by
+// an NCCL operation blocks everything queued after it, as on a GPU.
+//
+// Collectives (ncclAllReduce, ncclBroadcast, ncclReduce, ncclAllGather,
+// ncclReduceScatter) are work of the same kind: the k-th collective of a
+// communicator on each rank pairs with the k-th of every other rank of it,
+// and they run together only when every rank's is at the head of its
+// stream and the rank's collectives before it have run, so a collective
+// blocks what is queued after it (sends and receives too) and waits for
+// what is queued before it. They compute element-wise in rank order (rank
+// 0 op rank 1 op ...): integers wrap around, float32 in float, float64 in
+// double, float16 and bfloat16 in float and rounded once, to nearest even,
+// at the end; ncclAvg is the sum divided by the number of ranks (integer
+// division for integers); ncclMax and ncclMin propagate NaN. Results go
+// through a temporary, so NCCL's in-place layouts come out right. A count
+// of 0 moves nothing but is work like any other: it pairs, and orders its
+// stream. Outside a group a collective is a group of its own (so a
+// non-blocking communicator's may answer ncclInProgress as every third
+// ncclGroupEnd does, below); inside one it lands with the group, in the
+// group's order.
 //
 // It is strict where NCCL and CUDA are lenient, to catch mistakes:
 //   - calls that need a context fail without one, and a thread's context
@@ -27,7 +48,14 @@
 //     one's initialization returns once every rank has joined, and its
 //     groups reach the streams inside ncclGroupEnd;
 //   - a send or receive must lie in device memory of the communicator's
-//     device;
+//     device, and so must a collective's buffers (the ones NCCL reads or
+//     writes: broadcast's send buffer and reduce's receive buffer only at
+//     the root), which may overlap only in NCCL's in-place layouts; its
+//     type, reduction (ncclSum to ncclAvg) and root must be valid;
+//   - ranks that disagree on their k-th collective (which one, count,
+//     type, reduction or root) are misuse, reported when the collectives
+//     meet at their stream heads, which they then never leave (NCCL would
+//     hang or corrupt memory);
 //   - with FAKEGPU_FAULT=1 in the environment, stream and event queries
 //     of unfinished work fail with CUDA_ERROR_ILLEGAL_ADDRESS (a fault);
 //   - with FAKEGPU_INIT_NEVER=1 in the environment, a blocking
@@ -141,22 +169,40 @@ static int inside(const void *p, size_t n, int dev) {
 struct comm;
 struct event;
 
-enum { W_COPY, W_RECORD, W_WAIT, W_NCCL, W_WRITE64, W_WAIT64 };
+enum { W_COPY, W_RECORD, W_WAIT, W_NCCL, W_WRITE64, W_WAIT64, W_COLL };
+
+// The collectives (struct work's and struct op's coll; 0: a send or a
+// receive).
+enum { C_ALLREDUCE = 1, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_REDUCESCATTER };
+
+static const char *const coll_names[] = {"send/receive", "ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter"};
+
+// The reductions (ncclRedOp_t).
+enum { R_SUM, R_PROD, R_MAX, R_MIN, R_AVG, R_COUNT };
 
 struct work {
 	int kind;
-	void *dst;
-	const void *src;
+	void *dst; // W_COLL: the receive buffer
+	const void *src; // W_COLL: the send buffer
 	size_t n;
 	struct event *ev;
-	unsigned long seq; // W_RECORD: the record's number; W_WAIT: the record waited for; W_WRITE64, W_WAIT64: the value
-	// W_NCCL
+	unsigned long seq; // W_RECORD: the record's number; W_WAIT: the record waited for; W_WRITE64, W_WAIT64: the value; W_COLL: the collective's number on its communicator, from 1
+	// W_NCCL and W_COLL
 	struct comm *comm;
+	unsigned long issued; // the order of issue, over all streams
+	// W_NCCL
 	int peer, recv;
 	int hung; // a receive whose send was smaller: never finishes
-	unsigned long issued; // W_NCCL: the order of issue, over all streams
+	unsigned long batch; // the landing that put it on its stream (see in_head_batch)
+	// W_COLL: which, and its arguments (redop and root -1 where they
+	// have no meaning); count is in elements: sendcount for
+	// ncclAllGather, recvcount for ncclReduceScatter
+	int coll, type, redop, root;
+	size_t count;
 	struct work *next;
 };
+
+static int is_nccl(const struct work *w) { return w->kind == W_NCCL || w->kind == W_COLL; }
 
 struct stream {
 	int magic;
@@ -216,9 +262,12 @@ struct clique {
 struct op {
 	struct comm *comm;
 	int peer, recv, type;
-	void *buf;
+	void *buf; // a collective's receive buffer
 	size_t count;
 	struct stream *stream;
+	// a collective (coll 0: a send or receive)
+	int coll, redop, root;
+	const void *sendbuf;
 };
 
 struct comm {
@@ -233,6 +282,8 @@ struct comm {
 	int finalize_polls, finalized, final_done;
 	int aborted;
 	int blocking;
+	// Collectives landed on streams, and collectives run.
+	unsigned long colls, colls_done;
 };
 
 static struct clique *cliques;
@@ -250,16 +301,33 @@ static int pending_launch_on(struct stream *s) {
 	return 0;
 }
 
-// first_nccl returns the first NCCL work on any stream of comm c with
-// peer and direction given, in stream order of issue: the k-th such work
-// pairs with the k-th of the partner. Work is matched only at stream
-// heads, and each comm's operations with one peer in one direction are in
-// issue order on its streams (courier uses one stream per communicator).
-static int at_head(struct work *w) {
+// A send or receive pairs only while it is in the batch at the head of its
+// stream: the sends and receives one ncclGroupEnd (or the poll that lands
+// its group) put on that stream, one after another, with nothing else
+// between. They run together, as in one kernel on a GPU, so a group may
+// send to and receive from a peer that does the same (an all-to-all).
+// in_head_batch returns the stream at whose head w's batch is, if it is.
+static struct stream *in_head_batch(struct work *w) {
 	for (struct stream *s = streams; s; s = s->next) {
-		if (s->head == w) return 1;
+		struct work *h = s->head;
+		if (h == NULL || h->kind != W_NCCL) continue;
+		for (struct work *b = h; b && b->kind == W_NCCL && b->batch == h->batch; b = b->next) {
+			if (b == w) return s;
+		}
 	}
-	return 0;
+	return NULL;
+}
+
+// remove_work takes w off stream s, wherever it is in the queue.
+static void remove_work(struct stream *s, struct work *w) {
+	struct work **pw = &s->head, *prev = NULL;
+	while (*pw != w) {
+		prev = *pw;
+		pw = &(*pw)->next;
+	}
+	*pw = w->next;
+	if (s->tail == w) s->tail = prev;
+	free(w);
 }
 
 static size_t type_size(int t) {
@@ -272,17 +340,10 @@ static size_t type_size(int t) {
 	return 0;
 }
 
-// partner_of finds, for NCCL work w at a stream head, the oldest
-// unfinished work of the peer that pairs with it (in issue order: the
-// oldest work in the peer's queue for this direction), if it is at the
-// head of its stream.
-static struct stream *stream_with_head(struct work *w) {
-	for (struct stream *s = streams; s; s = s->next) {
-		if (s->head == w) return s;
-	}
-	return NULL;
-}
-
+// oldest returns the first unfinished send (recv 0) or receive of comm c
+// with peer, in order of issue: the k-th such work pairs with the k-th of
+// the partner. Each comm's operations with one peer in one direction are
+// in issue order on its streams.
 static struct work *oldest(struct comm *c, int peer, int recv) {
 	// A communicator's work may be on several streams (courier moves a
 	// channel between its own stream and a shared one): the oldest is the
@@ -297,6 +358,277 @@ static struct work *oldest(struct comm *c, int peer, int recv) {
 		}
 	}
 	return best;
+}
+
+// --- collectives: the arithmetic ---
+
+// half_to_float converts an IEEE binary16 to float (exactly).
+static float half_to_float(uint16_t h) {
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+	if (e == 0) {
+		float f = (float)m * (1.0f / 16777216.0f); // m × 2^-24: a subnormal, or zero
+		return sign ? -f : f;
+	}
+	if (e == 31) {
+		x = sign | 0x7f800000 | (m << 13); // infinity or NaN
+	} else {
+		x = sign | ((e - 15 + 127) << 23) | (m << 13);
+	}
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+// float_to_half rounds a float to the nearest binary16, ties to even.
+static uint16_t float_to_half(float f) {
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+	uint32_t ax = x & 0x7fffffff;
+	if (ax > 0x7f800000) return sign | 0x7e00; // NaN
+	if (ax >= 0x47800000) return sign | 0x7c00; // at least 2^16: infinity
+	if (ax >= 0x38800000) { // at least 2^-14: normal (or rounded up to infinity)
+		uint32_t h = ((((ax >> 23) - 127 + 15)) << 10) | ((ax & 0x7fffff) >> 13), rem = ax & 0x1fff;
+		if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+		return (uint16_t)(sign | h);
+	}
+	if (ax <= 0x33000000) return sign; // at most 2^-25: zero (2^-25 ties to even)
+	// subnormal: m × 2^(e-23) in units of 2^-24
+	uint32_t m = (ax & 0x7fffff) | 0x800000;
+	int shift = -1 - ((int)(ax >> 23) - 127); // 14 to 24
+	uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+	if (rem > half || (rem == half && (h & 1))) h++;
+	return (uint16_t)(sign | h);
+}
+
+static float bf16_to_float(uint16_t h) {
+	uint32_t x = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+// float_to_bf16 rounds a float to the nearest bfloat16, ties to even.
+static uint16_t float_to_bf16(float f) {
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40); // NaN, kept quiet
+	x += 0x7fff + ((x >> 16) & 1);
+	return (uint16_t)(x >> 16);
+}
+
+// load_f and store_f read and write element i of a float16, bfloat16 or
+// float32 array (through memcpy: NCCL does not require alignment).
+static float load_f(int type, const char *p, size_t i) {
+	uint16_t h;
+	float f;
+	switch (type) {
+	case 6: memcpy(&h, p + 2 * i, 2); return half_to_float(h);
+	case 9: memcpy(&h, p + 2 * i, 2); return bf16_to_float(h);
+	}
+	memcpy(&f, p + 4 * i, 4);
+	return f;
+}
+
+static void store_f(int type, char *p, size_t i, float f) {
+	uint16_t h;
+	switch (type) {
+	case 6: h = float_to_half(f); memcpy(p + 2 * i, &h, 2); return;
+	case 9: h = float_to_bf16(f); memcpy(p + 2 * i, &h, 2); return;
+	}
+	memcpy(p + 4 * i, &f, 4);
+}
+
+// FLOAT_OP is a op b for a float type: Max and Min propagate NaN (the
+// first operand's where both are), and keep a on ties (±0).
+#define FLOAT_OP(T, name) \
+	static T name(int op, T a, T b) { \
+		switch (op) { \
+		case R_PROD: return a * b; \
+		case R_MAX: return a != a ? a : b != b ? b : b > a ? b : a; \
+		case R_MIN: return a != a ? a : b != b ? b : b < a ? b : a; \
+		} \
+		return a + b; /* R_SUM, R_AVG */ \
+	}
+FLOAT_OP(float, op_f)
+FLOAT_OP(double, op_d)
+
+// REDUCE_INT reduces count elements of integer type T (UT: its unsigned
+// twin, in which Sum and Prod wrap around without undefined behaviour).
+#define REDUCE_INT(T, UT) \
+	for (size_t i = 0; i < count; i++) { \
+		T acc, x; \
+		memcpy(&acc, src[0] + i * sizeof(T), sizeof(T)); \
+		for (int r = 1; r < n; r++) { \
+			memcpy(&x, src[r] + i * sizeof(T), sizeof(T)); \
+			switch (op) { \
+			case R_PROD: acc = (T)(UT)((UT)acc * (UT)x); break; \
+			case R_MAX: if (x > acc) acc = x; break; \
+			case R_MIN: if (x < acc) acc = x; break; \
+			default: acc = (T)(UT)((UT)acc + (UT)x); break; \
+			} \
+		} \
+		if (op == R_AVG) acc = (T)(acc / (T)n); \
+		memcpy(out + i * sizeof(T), &acc, sizeof(T)); \
+	} \
+	break
+
+// reduce computes out[i] = src[0][i] op src[1][i] op ... op src[n-1][i]
+// for i below count, in rank order.
+static void reduce(int type, int op, int n, const char *const *src, size_t count, char *out) {
+	switch (type) {
+	case 0: REDUCE_INT(int8_t, uint8_t);
+	case 1: REDUCE_INT(uint8_t, uint8_t);
+	case 2: REDUCE_INT(int32_t, uint32_t);
+	case 3: REDUCE_INT(uint32_t, uint32_t);
+	case 4: REDUCE_INT(int64_t, uint64_t);
+	case 5: REDUCE_INT(uint64_t, uint64_t);
+	case 8:
+		for (size_t i = 0; i < count; i++) {
+			double acc, x;
+			memcpy(&acc, src[0] + 8 * i, 8);
+			for (int r = 1; r < n; r++) {
+				memcpy(&x, src[r] + 8 * i, 8);
+				acc = op_d(op, acc, x);
+			}
+			if (op == R_AVG) acc /= n;
+			memcpy(out + 8 * i, &acc, 8);
+		}
+		break;
+	default: // float16, float32, bfloat16: in float, rounded once
+		for (size_t i = 0; i < count; i++) {
+			float acc = load_f(type, src[0], i);
+			for (int r = 1; r < n; r++) acc = op_f(op, acc, load_f(type, src[r], i));
+			if (op == R_AVG) acc /= (float)n;
+			store_f(type, out, i, acc);
+		}
+	}
+}
+
+// --- collectives: matching and running ---
+
+// coll_differs describes in msg how b's collective differs from a's, if
+// it does.
+static int coll_differs(const struct work *a, const struct work *b, char *msg, size_t len) {
+	int ra = a->comm->rank, rb = b->comm->rank;
+	if (a->coll != b->coll) {
+		snprintf(msg, len, "collective #%lu of a communicator: rank %d called %s where rank %d called %s", a->seq, rb,
+			coll_names[b->coll], ra, coll_names[a->coll]);
+	} else if (a->count != b->count) {
+		snprintf(msg, len, "collective #%lu of a communicator (%s): rank %d has count %zu where rank %d has %zu", a->seq,
+			coll_names[a->coll], rb, b->count, ra, a->count);
+	} else if (a->type != b->type) {
+		snprintf(msg, len, "collective #%lu of a communicator (%s): rank %d has data type %d where rank %d has %d", a->seq,
+			coll_names[a->coll], rb, b->type, ra, a->type);
+	} else if (a->redop != b->redop) {
+		snprintf(msg, len, "collective #%lu of a communicator (%s): rank %d has reduction op %d where rank %d has %d", a->seq,
+			coll_names[a->coll], rb, b->redop, ra, a->redop);
+	} else if (a->root != b->root) {
+		snprintf(msg, len, "collective #%lu of a communicator (%s): rank %d has root %d where rank %d has %d", a->seq,
+			coll_names[a->coll], rb, b->root, ra, a->root);
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+// run_coll runs collective w, at the head of its stream, with its
+// partners (the collectives of the same number of every rank of its
+// communicator) if they are all at the heads of their streams, and takes
+// them all off: it reports whether it did. Ranks that disagree are
+// misuse, and their collectives stay where they are.
+static int run_coll(struct work *w) {
+	struct comm *c = w->comm;
+	struct clique *cl = c->cl;
+	int n = cl->nranks;
+	if (w->seq != c->colls_done + 1) return 0; // an earlier one is on another stream
+	struct work *ws[8] = {0};
+	struct stream *ss[8] = {0};
+	for (int r = 0; r < n; r++) {
+		struct comm *pc = cl->ranks[r];
+		if (pc == NULL || pc->aborted) return 0;
+		ws[r] = NULL;
+		for (struct stream *t = streams; t && ws[r] == NULL; t = t->next) {
+			struct work *h = t->head;
+			if (h != NULL && h->kind == W_COLL && h->comm == pc && h->seq == w->seq) {
+				ws[r] = h;
+				ss[r] = t;
+			}
+		}
+		if (ws[r] == NULL) return 0;
+	}
+	for (int r = 1; r < n; r++) {
+		char msg[400];
+		if (coll_differs(ws[0], ws[r], msg, sizeof msg)) {
+			fail_usage(msg);
+			return 0;
+		}
+	}
+	size_t sz = type_size(w->type), count = w->count, bytes = count * sz;
+	if (count > 0) {
+		// Everything is read into tmp before anything is written, so
+		// in-place calls (and ranks sharing memory) come out right.
+		size_t tmpn = w->coll == C_ALLGATHER || w->coll == C_REDUCESCATTER ? bytes * (size_t)n : bytes;
+		char *tmp = malloc(tmpn);
+		if (tmp == NULL) {
+			fail_usage("out of host memory for a collective");
+			return 0;
+		}
+		const char *src[8] = {0};
+		for (int r = 0; r < n; r++) src[r] = ws[r]->src;
+		switch (w->coll) {
+		case C_ALLREDUCE:
+			reduce(w->type, w->redop, n, src, count, tmp);
+			for (int r = 0; r < n; r++) memcpy(ws[r]->dst, tmp, bytes);
+			break;
+		case C_REDUCE:
+			reduce(w->type, w->redop, n, src, count, tmp);
+			memcpy(ws[w->root]->dst, tmp, bytes);
+			break;
+		case C_BROADCAST:
+			memcpy(tmp, src[w->root], bytes);
+			for (int r = 0; r < n; r++) memcpy(ws[r]->dst, tmp, bytes);
+			break;
+		case C_ALLGATHER:
+			for (int r = 0; r < n; r++) memcpy(tmp + (size_t)r * bytes, src[r], bytes);
+			for (int r = 0; r < n; r++) memcpy(ws[r]->dst, tmp, bytes * (size_t)n);
+			break;
+		case C_REDUCESCATTER:
+			reduce(w->type, w->redop, n, src, count * (size_t)n, tmp);
+			for (int r = 0; r < n; r++) memcpy(ws[r]->dst, tmp + (size_t)r * bytes, bytes);
+			break;
+		}
+		free(tmp);
+	}
+	for (int r = 0; r < n; r++) {
+		pop_work(ss[r]);
+		cl->ranks[r]->colls_done++;
+	}
+	return 1;
+}
+
+// run_p2p runs send or receive w, in the head batch of stream s, with its
+// partner if that is in the head batch of its stream, and takes off what
+// finished: it reports whether it did.
+static int run_p2p(struct stream *s, struct work *w) {
+	if (w->hung) return 0;
+	struct comm *peer = w->comm->cl->ranks[w->peer];
+	if (peer == NULL || peer->aborted) return 0;
+	struct work *p = oldest(peer, w->comm->rank, !w->recv);
+	if (p == NULL || oldest(w->comm, w->peer, w->recv) != w) return 0;
+	struct stream *ps = in_head_batch(p);
+	if (ps == NULL) return 0;
+	struct work *snd = w->recv ? p : w, *rcv = w->recv ? w : p;
+	size_t n = snd->n < rcv->n ? snd->n : rcv->n;
+	memmove(rcv->dst, snd->src, n);
+	if (snd->n < rcv->n) {
+		rcv->hung = 1;
+		remove_work(snd == w ? s : ps, snd);
+		return 1;
+	}
+	remove_work(ps, p);
+	remove_work(s, w);
+	return 1;
 }
 
 // advance runs every stream as far as it can go.
@@ -316,28 +648,20 @@ static void advance(void) {
 					__atomic_store_n((uint64_t *)w->dst, (uint64_t)w->seq, __ATOMIC_RELEASE);
 				} else if (w->kind == W_WAIT64) {
 					if (__atomic_load_n((uint64_t *)w->dst, __ATOMIC_ACQUIRE) < (uint64_t)w->seq) break;
-				} else {
-					if (w->hung) break;
-					struct comm *peer = w->comm->cl->ranks[w->peer];
-					if (peer == NULL || peer->aborted) break;
-					struct work *p = oldest(peer, w->comm->rank, !w->recv);
-					if (p == NULL || !at_head(p) || oldest(w->comm, w->peer, w->recv) != w) break;
-					struct work *snd = w->recv ? p : w, *rcv = w->recv ? w : p;
-					size_t n = snd->n < rcv->n ? snd->n : rcv->n;
-					memmove(rcv->dst, snd->src, n);
-					struct stream *ps = stream_with_head(p);
-					if (snd->n < rcv->n) {
-						rcv->hung = 1;
-						if (snd == w) {
-							pop_work(s);
-						} else {
-							pop_work(ps);
-						}
-						progress = 1;
-						continue;
+				} else if (w->kind == W_COLL) {
+					if (!run_coll(w)) break;
+					progress = 1;
+					continue; // (run_coll took w, and its partners, off)
+				} else { // W_NCCL: any send or receive of the head batch
+					struct work *b = w;
+					int ran = 0;
+					while (b && b->kind == W_NCCL && b->batch == w->batch) {
+						if ((ran = run_p2p(s, b)) != 0) break; // (b, and w, may be gone)
+						b = b->next;
 					}
-					pop_work(ps);
-					if (ps == s) continue; // (a self pair: both popped from s)
+					if (!ran) break;
+					progress = 1;
+					continue;
 				}
 				pop_work(s);
 				progress = 1;
@@ -584,7 +908,7 @@ CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, struct
 	LOCK();
 	advance(); // a simplification: run what is queued, then set
 	if (s) {
-		while (s->head && s->head->kind != W_NCCL) pop_work(s);
+		while (s->head && !is_nccl(s->head)) pop_work(s);
 	}
 	UNLOCK();
 	memset(DEV(p), v, n);
@@ -967,14 +1291,32 @@ ncclResult_t ncclCommInitRankConfig(struct comm **out, int nranks, ncclUniqueId 
 // issued counts NCCL work put on streams (the order oldest compares).
 static unsigned long issued;
 
-// land puts a launched group's operations on their streams.
-static void land(struct comm *c) {
+// batches counts landings (struct work's batch).
+static unsigned long batches;
+
+// land puts a launched group's operations on their streams, its sends and
+// receives in batch.
+static void land(struct comm *c, unsigned long batch) {
 	for (int i = 0; i < c->npending; i++) {
 		struct op *o = &c->pending[i];
 		struct work *w = calloc(1, sizeof *w);
-		w->kind = W_NCCL;
 		w->issued = ++issued;
 		w->comm = o->comm;
+		if (o->coll) {
+			w->kind = W_COLL;
+			w->seq = ++o->comm->colls;
+			w->coll = o->coll;
+			w->type = o->type;
+			w->redop = o->redop;
+			w->root = o->root;
+			w->count = o->count;
+			w->src = o->sendbuf;
+			w->dst = o->buf;
+			push_work(o->stream, w);
+			continue;
+		}
+		w->kind = W_NCCL;
+		w->batch = batch;
 		w->peer = o->peer;
 		w->recv = o->recv;
 		w->n = o->count * type_size(o->type);
@@ -1004,7 +1346,7 @@ ncclResult_t ncclCommGetAsyncError(struct comm *c, ncclResult_t *state) {
 		}
 	} else if (c->npending > 0) {
 		if (--c->pending_polls <= 0) {
-			land(c);
+			land(c, ++batches);
 		} else {
 			*state = NCCL_IN_PROGRESS;
 		}
@@ -1061,6 +1403,131 @@ ncclResult_t ncclRecv(void *buf, size_t count, int type, int peer, struct comm *
 	return p2p(1, buf, count, type, peer, c, s);
 }
 
+ncclResult_t ncclGroupEnd(void);
+
+// overlap reports whether n bytes at a and m bytes at b overlap.
+static int overlap(const void *a, size_t n, const void *b, size_t m) {
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	return n > 0 && m > 0 && x < y + m && y < x + n;
+}
+
+// coll checks a collective and adds it to the thread's group, or, outside
+// a group, makes it a group of its own (as NCCL does). redop and root are
+// -1 where the collective has none.
+static ncclResult_t coll(int kind, const void *sendbuf, void *recvbuf, size_t count, int type, int redop, int root,
+		struct comm *c, struct stream *s) {
+	const char *name = coll_names[kind];
+	char msg[300];
+	if (misuse) return NCCL_INVALID_USAGE;
+	if (cur() == NULL) {
+		snprintf(msg, sizeof msg, "%s without a current CUDA context", name);
+		return bad(NCCL_INVALID_USAGE, msg);
+	}
+	if (c == NULL || !c->ready || c->aborted) {
+		snprintf(msg, sizeof msg, "%s: communicator not ready", name);
+		return bad(NCCL_INVALID_USAGE, msg);
+	}
+	if (c->npending) {
+		snprintf(msg, sizeof msg, "%s while the last group is still in progress", name);
+		return bad(NCCL_INVALID_USAGE, msg);
+	}
+	int nranks = c->cl->nranks;
+	size_t sz = type_size(type);
+	if (sz == 0) {
+		snprintf(msg, sizeof msg, "%s: data type %d", name, type);
+		return bad(NCCL_INVALID_ARGUMENT, msg);
+	}
+	int reduces = kind == C_ALLREDUCE || kind == C_REDUCE || kind == C_REDUCESCATTER;
+	int rooted = kind == C_BROADCAST || kind == C_REDUCE;
+	if (reduces && (redop < 0 || redop >= R_COUNT)) {
+		snprintf(msg, sizeof msg, "%s: reduction op %d (the fake knows ncclSum to ncclAvg)", name, redop);
+		return bad(NCCL_INVALID_ARGUMENT, msg);
+	}
+	if (rooted && (root < 0 || root >= nranks)) {
+		snprintf(msg, sizeof msg, "%s: root %d of %d ranks", name, root, nranks);
+		return bad(NCCL_INVALID_ARGUMENT, msg);
+	}
+	if (s == NULL || s->magic != STREAM_MAGIC || s->dev != c->dev) {
+		snprintf(msg, sizeof msg, "%s: stream", name);
+		return bad(NCCL_INVALID_ARGUMENT, msg);
+	}
+	if (count > SIZE_MAX / sz / (size_t)nranks) {
+		snprintf(msg, sizeof msg, "%s: count %zu too large", name, count);
+		return bad(NCCL_INVALID_ARGUMENT, msg);
+	}
+	// The bytes of each buffer NCCL uses (0: not used by this rank), and
+	// where the send buffer must be if it overlaps the receive buffer.
+	size_t bytes = count * sz, sendn = bytes, recvn = bytes;
+	uintptr_t inplace = (uintptr_t)recvbuf;
+	int rank = c->rank;
+	switch (kind) {
+	case C_BROADCAST:
+		if (rank != root) sendn = 0;
+		break;
+	case C_REDUCE:
+		if (rank != root) recvn = 0;
+		break;
+	case C_ALLGATHER:
+		recvn = bytes * (size_t)nranks;
+		inplace = (uintptr_t)recvbuf + (size_t)rank * bytes;
+		break;
+	case C_REDUCESCATTER:
+		sendn = bytes * (size_t)nranks;
+		inplace = (uintptr_t)recvbuf - (size_t)rank * bytes; // sendbuf + rank*bytes == recvbuf
+		break;
+	}
+	if (count > 0) {
+		LOCK();
+		int sok = sendn == 0 || inside(sendbuf, sendn, c->dev), rok = recvn == 0 || inside(recvbuf, recvn, c->dev);
+		UNLOCK();
+		if (!sok || !rok) {
+			snprintf(msg, sizeof msg, "%s: %s buffer not in device memory of the communicator's GPU (%zu bytes)", name,
+				sok ? "receive" : "send", sok ? recvn : sendn);
+			return bad(NCCL_INVALID_ARGUMENT, msg);
+		}
+		if (overlap(sendbuf, sendn, recvbuf, recvn) && (uintptr_t)sendbuf != inplace) {
+			snprintf(msg, sizeof msg, "%s: the send and receive buffers overlap, but not as NCCL's in-place layout has them", name);
+			return bad(NCCL_INVALID_ARGUMENT, msg);
+		}
+	}
+	struct op o = {.comm = c, .peer = -1, .type = type, .buf = recvbuf, .count = count, .stream = s,
+		.coll = kind, .redop = redop, .root = root, .sendbuf = sendbuf};
+	if (group_depth > 0) {
+		if (group_n == MAX_GROUP) return bad(NCCL_INTERNAL, "too many operations in a group");
+		group_ops[group_n++] = o;
+		return NCCL_OK;
+	}
+	ncclResult_t r = ncclGroupStart();
+	if (r != NCCL_OK) return r;
+	group_ops[group_n++] = o;
+	return ncclGroupEnd();
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op, struct comm *comm,
+		struct stream *stream) {
+	return coll(C_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, -1, comm, stream);
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, int datatype, int root, struct comm *comm,
+		struct stream *stream) {
+	return coll(C_BROADCAST, sendbuff, recvbuff, count, datatype, -1, root, comm, stream);
+}
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op, int root,
+		struct comm *comm, struct stream *stream) {
+	return coll(C_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, int datatype, struct comm *comm,
+		struct stream *stream) {
+	return coll(C_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, -1, -1, comm, stream);
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, int datatype, int op,
+		struct comm *comm, struct stream *stream) {
+	return coll(C_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, -1, comm, stream);
+}
+
 ncclResult_t ncclGroupEnd(void) {
 	if (misuse) return NCCL_INVALID_USAGE;
 	if (group_depth == 0) return bad(NCCL_INVALID_USAGE, "ncclGroupEnd without ncclGroupStart");
@@ -1081,12 +1548,13 @@ ncclResult_t ncclGroupEnd(void) {
 				return bad(NCCL_INVALID_USAGE, "a group over several non-blocking communicators (courier groups one)");
 			}
 		}
+		unsigned long batch = ++batches; // one group: one batch
 		for (int i = 0; i < group_n; i++) {
 			struct comm *ci = group_ops[i].comm;
 			ci->pending = malloc(sizeof(struct op));
 			ci->pending[0] = group_ops[i];
 			ci->npending = 1;
-			land(ci);
+			land(ci, batch);
 		}
 		group_n = 0;
 		UNLOCK();
@@ -1101,7 +1569,7 @@ ncclResult_t ncclGroupEnd(void) {
 		c->pending_polls = 2;
 		r = NCCL_IN_PROGRESS;
 	} else {
-		land(c);
+		land(c, ++batches);
 	}
 	UNLOCK();
 	return r;
@@ -1124,7 +1592,7 @@ static void drop(struct comm *c) {
 		struct work **pw = &s->head, *prev = NULL;
 		while (*pw) {
 			struct work *w = *pw;
-			if (w->kind == W_NCCL && w->comm == c) {
+			if (is_nccl(w) && w->comm == c) {
 				*pw = w->next;
 				free(w);
 			} else {
@@ -1143,7 +1611,7 @@ ncclResult_t ncclCommDestroy(struct comm *c) {
 	if (!c->final_done) fail_usage("ncclCommDestroy of a communicator not finalized: NCCL would wait in a barrier for every rank");
 	for (struct stream *s = streams; s; s = s->next) {
 		for (struct work *w = s->head; w; w = w->next) {
-			if (w->kind == W_NCCL && w->comm == c) fail_usage("ncclCommDestroy with operations on a stream (courier aborts those)");
+			if (is_nccl(w) && w->comm == c) fail_usage("ncclCommDestroy with operations on a stream (courier aborts those)");
 		}
 	}
 	drop(c);

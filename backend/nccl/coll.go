@@ -1,0 +1,104 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Collective implements backend.Collectives: NCCL's own collectives, on
+// the communicator of every rank that Open makes beside the channels
+// (worldChan). Like a send, the collective is queued and reaches NCCL at
+// the next wait, test or Done on this communicator, in a group of its own
+// channel (with any other collectives queued before it), on that
+// channel's stream; host buffers are staged through device memory. An
+// Alltoall is a group of a send and a receive with every rank on that
+// communicator.
+//
+// It answers backend.ErrSkip, so that package mp runs the collective over
+// point-to-point messages, where NCCL cannot: a reduction of int16,
+// uint16, or a product, minimum or maximum of complex numbers (NCCL has
+// no such types; a sum of complex numbers is one of real numbers), or a
+// communicator opened without the communicator of every rank
+// (CollectivesEnv=0, or one rank).
+func (c *conn) Collective(co backend.Coll) (backend.Request, error) {
+	if !c.world {
+		return nil, backend.ErrSkip
+	}
+	if co.Kind < backend.Bcast || co.Kind > backend.Alltoall {
+		return nil, fmt.Errorf("%w: collective %v", backend.ErrInvalid, co.Kind)
+	}
+	if co.Kind.Reduces() {
+		if _, _, ok := collType(co.Send.Type, co.Send.Count, true, co.Op); !ok {
+			return nil, backend.ErrSkip
+		}
+	}
+	for _, b := range []backend.Buffer{co.Send, co.Recv} {
+		if err := c.validate(b); err != nil {
+			return nil, err
+		}
+	}
+	r := newRequest(c, false, co.Send, -1, -1, co.Caller)
+	r.coll, r.recvBuf, r.op, r.root = co.Kind, co.Recv, co.Op, co.Root
+	if co.Kind.Rooted() {
+		r.peer = co.Root
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.trace != nil {
+		c.trace.posted(time.Now())
+	}
+	err := c.fatal
+	if err == nil {
+		err = c.chans[worldChan(c.size)].err
+	}
+	if err == nil {
+		err = c.lostOfLocked(worldChan(c.size))
+	}
+	if err != nil {
+		r.recycle()
+		return nil, err
+	}
+	c.queue = append(c.queue, r)
+	return r, nil
+}
+
+// warmWorld connects the communicator of every rank, when Open has made
+// it: an Allreduce of one byte (at addr, device memory of the engine's
+// own). NCCL connects a communicator's ranks in the first operation that
+// needs them, and a blocking communicator's first operation waits there,
+// in the calling thread, for every rank: here that wait is bounded by
+// Open's ctx, which a user's first collective could not be. If ctx ends
+// first the call is left to finish or not (a blocking call cannot be
+// aborted), and so is the communicator, whose mutex the call holds.
+func (c *conn) warmWorld(ctx context.Context, addr uintptr) error {
+	var ptr unsafe.Pointer
+	*(*uintptr)(unsafe.Pointer(&ptr)) = addr // a device address: never dereferenced, outside the Go heap
+	b := backend.Buffer{Ptr: ptr, Count: 1, Type: backend.Uint8, Mem: backend.Device, Device: c.dev}
+	r, err := c.Collective(backend.Coll{Kind: backend.Allreduce, Send: b, Recv: b, Op: backend.Sum})
+	if err != nil {
+		c.Abort(err)
+		c.Close()
+		return fmt.Errorf("nccl: connecting the communicator of every rank: %w", err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Wait(0)
+		errc <- err
+	}()
+	select {
+	case err = <-errc:
+		if err != nil {
+			c.Abort(err)
+			c.Close()
+			return fmt.Errorf("nccl: connecting the communicator of every rank (an Allreduce of one byte): %w", err)
+		}
+		r.Release()
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("nccl: connecting the communicator of every rank (an Allreduce of one byte) did not finish: did every rank reach Init? %w", ctx.Err())
+	}
+}

@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# gpu-coll.sh: compare courier's collectives with the C + NCCL program
+# (bench/nccl/coll.c) on the GPU machine (2 or more GPUs, Open MPI; no Go),
+# from the repository root, with the binaries gpu-build/coll and
+# gpu-build/courier that scripts/gpu-run.sh and scripts/gpu-build.sh made:
+#
+#   bash scripts/gpu-coll.sh [ROUNDS] [OUTDIR]
+#                          # default: 5 rounds, OUTDIR gpu-build/coll-compare
+#   NP=4 bash scripts/gpu-coll.sh         # 4 ranks, one GPU each (default 2)
+#   COLL=allreduce,reducescatter,bcast SIZES=8,1m,64m bash scripts/gpu-coll.sh
+#                          # the collectives, in the order of the table
+#                          # (allreduce, allgather, alltoall, reducescatter,
+#                          # bcast; default allreduce,allgather,alltoall) and
+#                          # the sizes (bytes, k/m/g = KiB/MiB/GiB; default
+#                          # 8,128k,2m,32m,128m,512m), for both programs
+#   EXTRA_C='-reps 9' EXTRA_COURIER='-x COURIER_CHECK=1' bash scripts/gpu-coll.sh
+#                          # more flags for coll, more mpirun options for courier
+#   MPIRUN_EXTRA='--map-by slot:PE=4' bash scripts/gpu-coll.sh
+#                          # more mpirun options for both
+#   LIMIT=600 bash scripts/gpu-coll.sh    # seconds each run may take (300)
+#   B=/elsewhere bash scripts/gpu-coll.sh # the binaries from another folder
+#
+# Each round runs the C program and then courier's benchmark on the same
+# collectives and sizes, so that a drift of the machine touches both alike;
+# each run has LIMIT seconds and its raw output goes to OUTDIR/c-N.log or
+# OUTDIR/courier-N.log. Both print a row per collective and size,
+#
+#   NAME BYTES TIME_US ALGBW BUSBW      (courier may add a field: ignored)
+#
+# and BYTES means the same for both (the sizes given, rounded to what is
+# actually moved; coll.c's header comment says how). A run that fails,
+# times out or prints no such row is reported and its numbers left out; the
+# script goes on. At the end it prints, and writes to OUTDIR/table.md, a
+# markdown table per collective and size: the medians over the rounds of
+# the time per operation and of the bus bandwidth on each side, the ratios
+# courier/C, and every value. Exit status 1 if any run failed.
+# NCCL_NVLS_ENABLE=0 is set in every process (NVLink SHARP is not available
+# on that machine).
+set -uo pipefail
+
+usage="usage: bash scripts/gpu-coll.sh [ROUNDS] [OUTDIR]"
+ROUNDS=${1:-5}
+if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
+	echo "gpu-coll.sh: ROUNDS must be a positive number, not '$ROUNDS'" >&2
+	echo "$usage" >&2
+	exit 2
+fi
+NP=${NP:-2}
+if ! [[ $NP =~ ^[1-9][0-9]*$ ]]; then
+	echo "gpu-coll.sh: NP must be a number of ranks, not '$NP'" >&2
+	exit 2
+fi
+LIMIT=${LIMIT:-300}
+if ! [[ $LIMIT =~ ^[1-9][0-9]*$ ]]; then
+	echo "gpu-coll.sh: LIMIT must be a number of seconds, not '$LIMIT'" >&2
+	exit 2
+fi
+COLL=${COLL:-allreduce,allgather,alltoall}
+name='(allreduce|allgather|alltoall|reducescatter|bcast)'
+if ! [[ $COLL =~ ^$name(,$name)*$ ]]; then
+	echo "gpu-coll.sh: COLL must be a comma-separated list of allreduce, allgather, alltoall, reducescatter, bcast, not '$COLL'" >&2
+	exit 2
+fi
+SIZES=${SIZES:-8,128k,2m,32m,128m,512m}
+size='[0-9]+[kKmMgG]?'
+if ! [[ $SIZES =~ ^$size(,$size)*$ ]]; then
+	echo "gpu-coll.sh: SIZES must be a comma-separated list of byte counts (with k, m or g), not '$SIZES'" >&2
+	exit 2
+fi
+# OUTDIR and B, when given, are taken from where the script was started.
+OUT=${2:-}
+if [ -n "$OUT" ]; then
+	mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
+fi
+if [ -n "${B:-}" ]; then
+	B=$(cd "$B" && pwd) || exit 2
+fi
+cd "$(dirname "$0")/.." || exit 2
+B=${B:-$PWD/gpu-build}
+OUT=${OUT:-$B/coll-compare}
+mkdir -p "$OUT" || exit 2
+for f in coll courier; do
+	if ! [ -x "$B/$f" ]; then
+		echo "gpu-coll.sh: no $B/$f (scripts/gpu-run.sh builds coll, scripts/gpu-build.sh courier)" >&2
+		exit 2
+	fi
+done
+
+export NCCL_NVLS_ENABLE=0
+read -ra mpirun_extra <<<"${MPIRUN_EXTRA:-}"
+M=(mpirun --allow-run-as-root -np "$NP" -x NCCL_NVLS_ENABLE=0 ${mpirun_extra[@]+"${mpirun_extra[@]}"})
+read -ra extra_c <<<"${EXTRA_C:-}"
+read -ra extra_courier <<<"${EXTRA_COURIER:-}"
+cmd_c=("${M[@]}" ./coll -coll "$COLL" -sizes "$SIZES" ${extra_c[@]+"${extra_c[@]}"})
+cmd_courier=("${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=60s ${extra_courier[@]+"${extra_courier[@]}"}
+	./courier bench -device -coll "$COLL" -collsizes "$SIZES")
+started=$(date -u)
+
+# A result row: a collective's name, then a whole number of bytes.
+row='^[[:space:]]*(allreduce|allgather|alltoall|reducescatter|bcast)[[:space:]]+[0-9]+[[:space:]]'
+
+failed=() # "round N C (why)", for the report
+ok=()     # the awk operands: side=c FILE or side=courier FILE, in round order
+
+# run SIDE ROUND CMD...: run CMD in $B with the time limit, its output in
+# $OUT/SIDE-ROUND.log; a run that exits 0 and prints at least one result
+# row goes into ok, any other into failed.
+run() {
+	local side=$1 r=$2
+	shift 2
+	local log=$OUT/$side-$r.log start=$SECONDS rc why='' who=C
+	[ "$side" = c ] || who=$side
+	(cd "$B" && timeout --kill-after=10 "$LIMIT" "$@") >"$log" 2>&1
+	rc=$?
+	printf 'round %d/%d %-8s rc=%-3d %4ds\n' "$r" "$ROUNDS" "$side" "$rc" $((SECONDS - start)) >&2
+	case $rc in
+	0) grep -Eq "$row" "$log" || why="exit 0 but no results" ;;
+	124 | 137) why="timed out after $LIMIT s" ;;
+	*) why="exit status $rc" ;;
+	esac
+	if [ -n "$why" ]; then
+		failed+=("round $r $who ($why)")
+		echo "gpu-coll.sh: round $r: $who failed ($why); its rows are left out. The end of $log:" >&2
+		tail -n 5 "$log" | sed 's/^/    /' >&2
+		return
+	fi
+	ok+=("side=$side" "$log")
+}
+
+for ((r = 1; r <= ROUNDS; r++)); do
+	run c "$r" "${cmd_c[@]}"
+	run courier "$r" "${cmd_courier[@]}"
+done
+
+# table FILES: the markdown table from the result rows of the runs that
+# passed. A row counts if its first field is a collective's name and the
+# next four are numbers (bytes a whole one); anything else in the logs
+# (headers, init, stderr, NCCL's warnings) is skipped, and so are fields
+# after the fifth. In a run, the first row of each (collective, bytes)
+# counts. Rows are sorted by collective, in the order of COLL, then bytes.
+table() {
+	awk -v order="$COLL" '
+	function isnum(s) { return s ~ /^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
+	function isint(s) { return s ~ /^[0-9]+$/ }
+	function human(b) {
+		if (b >= 1073741824 && b % 1073741824 == 0) return (b / 1073741824) " GiB"
+		if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) " MiB"
+		if (b >= 1024 && b % 1024 == 0) return (b / 1024) " KiB"
+		return b " B"
+	}
+	# median(SIDE, KEY, WHAT): of the values (WHAT: "time" or "busbw"),
+	# sorted; "" when there are none.
+	function median(s, key, what,    c, i, j, t, a) {
+		c = n[s, key] + 0
+		if (c == 0) return ""
+		for (i = 1; i <= c; i++) a[i] = val[s, key, what, i] + 0
+		for (i = 2; i <= c; i++) {
+			t = a[i]
+			for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]
+			a[j + 1] = t
+		}
+		if (c % 2 == 1) return a[(c + 1) / 2]
+		return (a[c / 2] + a[c / 2 + 1]) / 2
+	}
+	# values(SIDE, KEY, WHAT): every value, in round order; "-" if none.
+	function values(s, key, what,    c, i, out) {
+		c = n[s, key] + 0
+		out = ""
+		for (i = 1; i <= c; i++) out = out (i > 1 ? " " : "") val[s, key, what, i]
+		return c ? out : "-"
+	}
+	function fmt(v, f) { return v == "" ? "-" : sprintf(f, v) }
+	# ratio(A, B): A / B, or "-" when either is missing or B is 0.
+	function ratio(a, b) { return (a != "" && b != "" && b + 0 > 0) ? sprintf("%.3f", a / b) : "-" }
+	function before(x, y) {
+		if (pos[collof[x]] != pos[collof[y]]) return pos[collof[x]] < pos[collof[y]]
+		return bytesof[x] + 0 < bytesof[y] + 0
+	}
+	BEGIN {
+		ncoll = split(order, o, ",")
+		for (i = 1; i <= ncoll; i++) if (!(o[i] in pos)) pos[o[i]] = i
+		split("allreduce allgather alltoall reducescatter bcast", names, " ")
+		for (i in names) known[names[i]] = 1
+	}
+	{ sub(/\r$/, "") }
+	($1 in known) && NF >= 5 && isint($2) && isnum($3) && isnum($4) && isnum($5) {
+		key = $1 " " ($2 + 0)
+		if ((FILENAME, side, key) in seen) next
+		seen[FILENAME, side, key] = 1
+		if (!(key in collof)) {
+			keys[++nkeys] = key
+			collof[key] = $1
+			bytesof[key] = $2 + 0
+			# a collective not in COLL goes after those that are
+			if (!($1 in pos)) pos[$1] = ++ncoll
+		}
+		c = ++n[side, key]
+		val[side, key, "time", c] = $3
+		val[side, key, "busbw", c] = $5
+	}
+	END {
+		for (i = 2; i <= nkeys; i++) {
+			t = keys[i]
+			for (j = i - 1; j >= 1 && before(t, keys[j]); j--) keys[j + 1] = keys[j]
+			keys[j + 1] = t
+		}
+		print "| collective | bytes | C time (µs) | courier time (µs) | courier/C time | C busbw (GB/s) | courier busbw (GB/s) | courier/C busbw | C times | courier times | C busbw | courier busbw |"
+		print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |"
+		for (i = 1; i <= nkeys; i++) {
+			k = keys[i]
+			tc = median("c", k, "time"); tr = median("courier", k, "time")
+			bc = median("c", k, "busbw"); br = median("courier", k, "busbw")
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", \
+				collof[k], human(bytesof[k]), \
+				fmt(tc, "%.2f"), fmt(tr, "%.2f"), ratio(tr, tc), \
+				fmt(bc, "%.2f"), fmt(br, "%.2f"), ratio(br, bc), \
+				values("c", k, "time"), values("courier", k, "time"), \
+				values("c", k, "busbw"), values("courier", k, "busbw")
+		}
+		if (nkeys == 0) print "| (no results) | - | - | - | - | - | - | - | - | - | - | - |"
+		print ""
+		print "courier/C is the ratio of the medians: for the time lower is better, for the bus bandwidth higher is better."
+	}
+	' "$@"
+}
+
+# shown CMD...: CMD as one line to paste into a shell (quoted only where
+# needed).
+shown() {
+	local a out=
+	for a in "$@"; do
+		if ! [[ $a =~ ^[-A-Za-z0-9_./:=,+@%]+$ ]]; then
+			a=$(printf '%q' "$a")
+		fi
+		out+="${out:+ }$a"
+	done
+	echo "$out"
+}
+
+# The NCCL version, from the first C header line ("# C + NCCL 22803, ...").
+nccl_version() {
+	local f v r
+	for ((r = 1; r <= ROUNDS; r++)); do
+		f=$OUT/c-$r.log
+		[ -f "$f" ] || continue
+		v=$(awk '$1 == "#" && $2 == "C" && $3 == "+" && $4 == "NCCL" { v = $5; sub(/,$/, "", v); print v; exit }' "$f")
+		if [ -n "$v" ]; then
+			if [[ $v =~ ^[0-9]+$ ]] && [ "$v" -ge 20900 ]; then
+				v="$v ($((v / 10000)).$((v % 10000 / 100)).$((v % 100)))"
+			fi
+			echo "$v"
+			return
+		fi
+	done
+	echo unknown
+}
+
+{
+	echo "## C + NCCL vs courier (nccl backend, device memory): collectives on $NP ranks, medians of $ROUNDS rounds"
+	echo
+	table ${ok[@]+"${ok[@]}"}
+	echo
+	echo "Commands (in $B): C \`$(shown "${cmd_c[@]}")\`; courier \`$(shown "${cmd_courier[@]}")\`; NCCL $(nccl_version); $started to $(date -u)."
+	echo
+	if [ ${#failed[@]} -gt 0 ]; then
+		echo "FAILED runs, left out: $(printf '%s; ' "${failed[@]}" | sed 's/; $//')."
+	else
+		echo "All runs passed ($ROUNDS of each)."
+	fi
+} | tee "$OUT/table.md"
+
+if [ ${#failed[@]} -gt 0 ]; then
+	exit 1
+fi
+exit 0
