@@ -1,10 +1,9 @@
 package nccl
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
 )
@@ -66,39 +65,61 @@ func (c *conn) Collective(co backend.Coll) (backend.Request, error) {
 	return r, nil
 }
 
-// warmWorld connects the communicator of every rank, when Open has made
-// it: an Allreduce of one byte (at addr, device memory of the engine's
-// own). NCCL connects a communicator's ranks in the first operation that
-// needs them, and a blocking communicator's first operation waits there,
-// in the calling thread, for every rank: here that wait is bounded by
-// Open's ctx, which a user's first collective could not be. If ctx ends
-// first the call is left to finish or not (a blocking call cannot be
-// aborted), and so is the communicator, whose mutex the call holds.
-func (c *conn) warmWorld(ctx context.Context, addr uintptr) error {
-	var ptr unsafe.Pointer
-	*(*uintptr)(unsafe.Pointer(&ptr)) = addr // a device address: never dereferenced, outside the Go heap
-	b := backend.Buffer{Ptr: ptr, Count: 1, Type: backend.Uint8, Mem: backend.Device, Device: c.dev}
-	r, err := c.Collective(backend.Coll{Kind: backend.Allreduce, Send: b, Recv: b, Op: backend.Sum})
-	if err != nil {
-		c.Abort(err)
-		c.Close()
-		return fmt.Errorf("nccl: connecting the communicator of every rank: %w", err)
-	}
-	errc := make(chan error, 1)
+// startWarm connects the communicator of every rank in the background:
+// NCCL connects a communicator's ranks in the first operation that needs
+// them, which on 2 H200s took 0.9 s, longer than the rest of Open, and
+// which a blocking communicator does inside the call, waiting for every
+// rank. Done in a user's first collective, that wait would hold the
+// communicator's mutex and escape COURIER_TIMEOUT; done in Open, every
+// program would pay for it. So warm (the engine's warmWorld) runs on a
+// goroutine of its own, outside the mutex, and the channel of every rank
+// takes nothing until it has returned (issueLocked): a collective posted
+// meanwhile waits in the queue, its wait bounded as any other. Close (or
+// Abort) aborts the communicator if it is still connecting, which ends
+// the call.
+//
+// prepare runs with the mutex held and returns the call to make.
+func (c *conn) startWarm(prepare func() func(stop <-chan struct{}) error) {
+	w := worldChan(c.size)
+	c.mu.Lock()
+	warm := prepare()
+	c.warming = true
+	c.warmDone = make(chan struct{})
+	c.mu.Unlock()
 	go func() {
-		_, err := r.Wait(0)
-		errc <- err
-	}()
-	select {
-	case err = <-errc:
-		if err != nil {
-			c.Abort(err)
-			c.Close()
-			return fmt.Errorf("nccl: connecting the communicator of every rank (an Allreduce of one byte): %w", err)
+		defer close(c.warmDone)
+		err := warm(c.stop)
+		c.mu.Lock()
+		c.warming = false
+		if err != nil && c.chans[w].err == nil {
+			c.failChanLocked(w, fmt.Errorf("nccl: connecting the communicator of every rank (an Allreduce of one byte): %w", err))
 		}
-		r.Release()
+		c.mu.Unlock()
+		c.kick()
+	}()
+}
+
+// stopWarm is Close's part in startWarm: if the communicator of every rank
+// is still connecting, it is aborted (ncclCommAbort makes the call
+// return), and the goroutine is waited for, at most abortBound.
+func (c *conn) stopWarm() error {
+	if c.warmDone == nil {
 		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("nccl: connecting the communicator of every rank (an Allreduce of one byte) did not finish: did every rank reach Init? %w", ctx.Err())
 	}
+	c.mu.Lock()
+	var abort func() error
+	if c.warming {
+		abort = c.eng.detach(worldChan(c.size))
+	}
+	c.mu.Unlock()
+	var err error
+	if abort != nil {
+		err = abort()
+	}
+	select {
+	case <-c.warmDone:
+	case <-time.After(abortBound):
+		return errors.Join(err, fmt.Errorf("nccl: connecting the communicator of every rank did not end within %v of its abort", abortBound))
+	}
+	return err
 }

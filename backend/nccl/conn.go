@@ -138,6 +138,11 @@ type conn struct {
 
 	// connecting counts connectAll's first-contact operations not done.
 	connecting int
+	// warming: the communicator of every rank is being connected in the
+	// background (startWarm), and its channel takes nothing until then;
+	// warmDone is closed when that has ended.
+	warming  bool
+	warmDone chan struct{}
 
 	trace *traceStats // timings of every group, when COURIER_NCCL_TRACE is set
 
@@ -563,7 +568,7 @@ func (c *conn) issueLocked() {
 		if c.flushState[ch] == undecided {
 			c.touched = append(c.touched, ch)
 			c.flushState[ch] = blocked
-			if !c.chans[ch].launching() {
+			if !c.chans[ch].launching() && !(c.warming && ch == worldChan(c.size)) {
 				c.flushState[ch] = open
 				g := c.getGroup()
 				g.ch = ch
@@ -1054,6 +1059,9 @@ func (c *conn) Close() error {
 			}
 		}
 		close(c.stop)
+		if err := c.stopWarm(); err != nil {
+			errs = append(errs, err)
+		}
 		c.wg.Wait()
 		c.aborts.Wait()
 		if err := c.eng.close(); err != nil {

@@ -528,6 +528,50 @@ func (d *device) addColl(o *op, st *staged, off *int64, comm uintptr, s *cuda.St
 	return nil
 }
 
+// warmWorld connects the communicator of every rank: an Allreduce of one
+// byte of the engine's own memory (the connection buffers' byte for this
+// rank, which no message uses) on its stream, waited for until done or
+// stop is closed. It runs on a goroutine of its own (conn.startWarm), while
+// the communicator issues nothing on that channel, and touches nothing
+// else of the engine: its own op list, that communicator and its stream.
+//
+// worldWarmer is called with the communicator's mutex held: it takes what
+// warmWorld needs then, so that the goroutine reads nothing the engine
+// may change (detach).
+func (d *device) worldWarmer() func(stop <-chan struct{}) error {
+	ch := worldChan(d.size)
+	comm, s := d.comms[ch], d.streams[ch]
+	addr := d.warm.Ptr() + uintptr(1+d.rank)
+	return func(stop <-chan struct{}) error {
+		if comm == 0 {
+			return backend.ErrClosed
+		}
+		return d.warmWorld(comm, s, addr, stop)
+	}
+}
+
+func (d *device) warmWorld(comm uintptr, s *cuda.Stream, addr uintptr, stop <-chan struct{}) error {
+	var ops cOps
+	ops.addColl(comm, s.Handle(), backend.Allreduce, addr, addr, 1, ncclUint8, ncclOps[backend.Sum], 0)
+	inProgress, _, err := d.lib.group(d.hooks, ops, false)
+	for delay := time.Microsecond; err == nil; delay = min(2*delay, time.Millisecond) {
+		if inProgress { // a non-blocking communicator: on the stream once NCCL says so
+			inProgress, err = d.lib.asyncState(comm)
+		} else {
+			var done bool
+			if done, err = s.Query(); done {
+				return err
+			}
+		}
+		select {
+		case <-stop:
+			return backend.ErrClosed
+		case <-time.After(delay):
+		}
+	}
+	return err
+}
+
 // channelPeer is the NCCL rank of the other end of channel ch: on the
 // channel to a rank this rank is NCCL rank 0 and the peer rank 1; on the
 // channel from it, the other way round (see initComms).

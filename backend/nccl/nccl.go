@@ -524,10 +524,7 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 	}
 	phase("every channel connected")
 	if world {
-		if err = c.warmWorld(ctx, base); err != nil {
-			return nil, err
-		}
-		phase("the communicator of every rank connected")
+		c.startWarm(eng.worldWarmer)
 	}
 	return c, nil
 }
