@@ -16,25 +16,25 @@ func reduceHost(dst, src backend.Buffer, op Op) {
 	}
 	switch dst.Type {
 	case backend.Int8:
-		reduceInts(view[int8](dst), view[int8](src), op)
+		reduceNums(view[int8](dst), view[int8](src), op)
 	case backend.Uint8:
-		reduceInts(view[uint8](dst), view[uint8](src), op)
+		reduceNums(view[uint8](dst), view[uint8](src), op)
 	case backend.Int16:
-		reduceInts(view[int16](dst), view[int16](src), op)
+		reduceNums(view[int16](dst), view[int16](src), op)
 	case backend.Uint16:
-		reduceInts(view[uint16](dst), view[uint16](src), op)
+		reduceNums(view[uint16](dst), view[uint16](src), op)
 	case backend.Int32:
-		reduceInts(view[int32](dst), view[int32](src), op)
+		reduceNums(view[int32](dst), view[int32](src), op)
 	case backend.Uint32:
-		reduceInts(view[uint32](dst), view[uint32](src), op)
+		reduceNums(view[uint32](dst), view[uint32](src), op)
 	case backend.Int64:
-		reduceInts(view[int64](dst), view[int64](src), op)
+		reduceNums(view[int64](dst), view[int64](src), op)
 	case backend.Uint64:
-		reduceInts(view[uint64](dst), view[uint64](src), op)
+		reduceNums(view[uint64](dst), view[uint64](src), op)
 	case backend.Float32:
-		reduceFloats(view[float32](dst), view[float32](src), op)
+		reduceNums(view[float32](dst), view[float32](src), op)
 	case backend.Float64:
-		reduceFloats(view[float64](dst), view[float64](src), op)
+		reduceNums(view[float64](dst), view[float64](src), op)
 	case backend.Float16:
 		reduceHalves(view[uint16](dst), view[uint16](src), op, f16to32, f32to16)
 	case backend.BFloat16:
@@ -51,34 +51,14 @@ func view[T any](b backend.Buffer) []T {
 	return unsafe.Slice((*T)(b.Ptr), b.Count)
 }
 
-type integer interface {
-	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64
+// number is the element types reduceNums combines.
+type number interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~float32 | ~float64
 }
 
-func reduceInts[T integer](dst, src []T, op Op) {
-	src = src[:len(dst)]
-	switch op {
-	case Sum:
-		for i := range dst {
-			dst[i] += src[i]
-		}
-	case Prod:
-		for i := range dst {
-			dst[i] *= src[i]
-		}
-	case Min:
-		for i := range dst {
-			dst[i] = min(dst[i], src[i])
-		}
-	case Max:
-		for i := range dst {
-			dst[i] = max(dst[i], src[i])
-		}
-	}
-}
-
-// reduceFloats is reduceInts for floats: min and max of a NaN are NaN.
-func reduceFloats[T ~float32 | ~float64](dst, src []T, op Op) {
+// reduceNums combines integers (wrapping around) and floats (min and max
+// of a NaN are NaN).
+func reduceNums[T number](dst, src []T, op Op) {
 	src = src[:len(dst)]
 	switch op {
 	case Sum:

@@ -37,14 +37,11 @@
 # NCCL_NVLS_ENABLE=0 is set in every process (NVLink SHARP is not available
 # on that machine).
 set -uo pipefail
+me=gpu-coll.sh
+# shellcheck source-path=SCRIPTDIR source=compare-lib.sh
+source "$(dirname "$0")/compare-lib.sh" || exit 2
 
-usage="usage: bash scripts/gpu-coll.sh [ROUNDS] [OUTDIR]"
-ROUNDS=${1:-5}
-if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
-	echo "gpu-coll.sh: ROUNDS must be a positive number, not '$ROUNDS'" >&2
-	echo "$usage" >&2
-	exit 2
-fi
+rounds_arg "${1:-}"
 NP=${NP:-2}
 if ! [[ $NP =~ ^[1-9][0-9]*$ ]]; then
 	echo "gpu-coll.sh: NP must be a number of ranks, not '$NP'" >&2
@@ -67,70 +64,19 @@ if ! [[ $SIZES =~ ^$size(,$size)*$ ]]; then
 	echo "gpu-coll.sh: SIZES must be a comma-separated list of byte counts (with k, m or g), not '$SIZES'" >&2
 	exit 2
 fi
-# OUTDIR and B, when given, are taken from where the script was started.
-OUT=${2:-}
-if [ -n "$OUT" ]; then
-	mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
-fi
-if [ -n "${B:-}" ]; then
-	B=$(cd "$B" && pwd) || exit 2
-fi
-cd "$(dirname "$0")/.." || exit 2
-B=${B:-$PWD/gpu-build}
-OUT=${OUT:-$B/coll-compare}
-mkdir -p "$OUT" || exit 2
-for f in coll courier; do
-	if ! [ -x "$B/$f" ]; then
-		echo "gpu-coll.sh: no $B/$f (scripts/gpu-run.sh builds coll, scripts/gpu-build.sh courier)" >&2
-		exit 2
-	fi
-done
 
-export NCCL_NVLS_ENABLE=0
-read -ra mpirun_extra <<<"${MPIRUN_EXTRA:-}"
-M=(mpirun --allow-run-as-root -np "$NP" -x NCCL_NVLS_ENABLE=0 ${mpirun_extra[@]+"${mpirun_extra[@]}"})
-read -ra extra_c <<<"${EXTRA_C:-}"
-read -ra extra_courier <<<"${EXTRA_COURIER:-}"
+folders "${2:-}" coll-compare
+binaries "(scripts/gpu-run.sh builds coll, scripts/gpu-build.sh courier)" coll courier
+
+mpirun_base "$NP"
 cmd_c=("${M[@]}" ./coll -coll "$COLL" -sizes "$SIZES" ${extra_c[@]+"${extra_c[@]}"})
 cmd_courier=("${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=60s ${extra_courier[@]+"${extra_courier[@]}"}
 	./courier bench -device -coll "$COLL" -collsizes "$SIZES")
-started=$(date -u)
 
 # A result row: a collective's name, then a whole number of bytes.
 row='^[[:space:]]*(allreduce|allgather|alltoall|reducescatter|bcast)[[:space:]]+[0-9]+[[:space:]]'
 
-failed=() # "round N C (why)", for the report
-ok=()     # the awk operands: side=c FILE or side=courier FILE, in round order
-
-# run SIDE ROUND CMD...: run CMD in $B with the time limit, its output in
-# $OUT/SIDE-ROUND.log; a run that exits 0 and prints at least one result
-# row goes into ok, any other into failed.
-run() {
-	local side=$1 r=$2
-	shift 2
-	local log=$OUT/$side-$r.log start=$SECONDS rc why='' who=C
-	[ "$side" = c ] || who=$side
-	(cd "$B" && timeout --kill-after=10 "$LIMIT" "$@") >"$log" 2>&1
-	rc=$?
-	printf 'round %d/%d %-8s rc=%-3d %4ds\n' "$r" "$ROUNDS" "$side" "$rc" $((SECONDS - start)) >&2
-	case $rc in
-	0) grep -Eq "$row" "$log" || why="exit 0 but no results" ;;
-	124 | 137) why="timed out after $LIMIT s" ;;
-	*) why="exit status $rc" ;;
-	esac
-	if [ -n "$why" ]; then
-		failed+=("round $r $who ($why)")
-		echo "gpu-coll.sh: round $r: $who failed ($why); its rows are left out. The end of $log:" >&2
-		tail -n 5 "$log" | sed 's/^/    /' >&2
-		return
-	fi
-	ok+=("side=$side" "$log")
-}
-
-for ((r = 1; r <= ROUNDS; r++)); do
-	run c "$r" "${cmd_c[@]}"
-	run courier "$r" "${cmd_courier[@]}"
-done
+run_rounds
 
 # table FILES: the markdown table from the result rows of the runs that
 # passed. A row counts if its first field is a collective's name and the
@@ -224,52 +170,4 @@ table() {
 	' "$@"
 }
 
-# shown CMD...: CMD as one line to paste into a shell (quoted only where
-# needed).
-shown() {
-	local a out=
-	for a in "$@"; do
-		if ! [[ $a =~ ^[-A-Za-z0-9_./:=,+@%]+$ ]]; then
-			a=$(printf '%q' "$a")
-		fi
-		out+="${out:+ }$a"
-	done
-	echo "$out"
-}
-
-# The NCCL version, from the first C header line ("# C + NCCL 22803, ...").
-nccl_version() {
-	local f v r
-	for ((r = 1; r <= ROUNDS; r++)); do
-		f=$OUT/c-$r.log
-		[ -f "$f" ] || continue
-		v=$(awk '$1 == "#" && $2 == "C" && $3 == "+" && $4 == "NCCL" { v = $5; sub(/,$/, "", v); print v; exit }' "$f")
-		if [ -n "$v" ]; then
-			if [[ $v =~ ^[0-9]+$ ]] && [ "$v" -ge 20900 ]; then
-				v="$v ($((v / 10000)).$((v % 10000 / 100)).$((v % 100)))"
-			fi
-			echo "$v"
-			return
-		fi
-	done
-	echo unknown
-}
-
-{
-	echo "## C + NCCL vs courier (nccl backend, device memory): collectives on $NP ranks, medians of $ROUNDS rounds"
-	echo
-	table ${ok[@]+"${ok[@]}"}
-	echo
-	echo "Commands (in $B): C \`$(shown "${cmd_c[@]}")\`; courier \`$(shown "${cmd_courier[@]}")\`; NCCL $(nccl_version); $started to $(date -u)."
-	echo
-	if [ ${#failed[@]} -gt 0 ]; then
-		echo "FAILED runs, left out: $(printf '%s; ' "${failed[@]}" | sed 's/; $//')."
-	else
-		echo "All runs passed ($ROUNDS of each)."
-	fi
-} | tee "$OUT/table.md"
-
-if [ ${#failed[@]} -gt 0 ]; then
-	exit 1
-fi
-exit 0
+report "## C + NCCL vs courier (nccl backend, device memory): collectives on $NP ranks, medians of $ROUNDS rounds"

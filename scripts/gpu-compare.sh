@@ -27,35 +27,15 @@
 # run failed. NCCL_NVLS_ENABLE=0 is set in every process (NVLink SHARP is not
 # available on that machine).
 set -uo pipefail
+me=gpu-compare.sh
+# shellcheck source-path=SCRIPTDIR source=compare-lib.sh
+source "$(dirname "$0")/compare-lib.sh" || exit 2
 
-ROUNDS=${1:-5}
-if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
-	echo "gpu-compare.sh: ROUNDS must be a positive number, not '$ROUNDS'" >&2
-	echo "usage: bash scripts/gpu-compare.sh [ROUNDS] [OUTDIR]" >&2
-	exit 2
-fi
-# OUTDIR and B, when given, are taken from where the script was started.
-OUT=${2:-}
-if [ -n "$OUT" ]; then
-	mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
-fi
-if [ -n "${B:-}" ]; then
-	B=$(cd "$B" && pwd) || exit 2
-fi
-cd "$(dirname "$0")/.." || exit 2
-B=${B:-$PWD/gpu-build}
-OUT=${OUT:-$B/compare}
-mkdir -p "$OUT" || exit 2
-for f in p2p courier; do
-	if ! [ -x "$B/$f" ]; then
-		echo "gpu-compare.sh: no $B/$f (scripts/gpu-build.sh builds courier, scripts/gpu-run.sh p2p)" >&2
-		exit 2
-	fi
-done
+rounds_arg "${1:-}"
+folders "${2:-}" compare
+binaries "(scripts/gpu-build.sh builds courier, scripts/gpu-run.sh p2p)" p2p courier
 
-export NCCL_NVLS_ENABLE=0
-read -ra mpirun_extra <<<"${MPIRUN_EXTRA:-}"
-M=(mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 "${mpirun_extra[@]}")
+mpirun_base 2
 case ${MEM:-device} in
 device)
 	mem=(-device)
@@ -72,51 +52,14 @@ host)
 	exit 2
 	;;
 esac
-read -ra extra_c <<<"${EXTRA_C:-}"
-read -ra extra_courier <<<"${EXTRA_COURIER:-}"
 cmd_c=("${M[@]}" ./p2p ${extra_c[@]+"${extra_c[@]}"})
 cmd_courier=("${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_TIMEOUT=30s ${extra_courier[@]+"${extra_courier[@]}"}
 	./courier bench ${mem[@]+"${mem[@]}"} -pattern stream -lat "8,128k" -bw "2m,32m,128m,512m")
 LIMIT=150
-started=$(date -u)
+# A result row: init, init+ctx, latency or bandwidth, then a number or "-".
+row='^[[:space:]]*(init|init\+ctx|latency|bandwidth)[[:space:]]+[-0-9]'
 
-failed=() # "round N C (why)", for the report
-ok=()     # the awk operands: side=c FILE or side=courier FILE, in round order
-
-# run SIDE ROUND CMD...: run CMD in $B with the time limit, its output in
-# $OUT/SIDE-ROUND.log; a run that exits 0 and prints at least one result row
-# goes into ok, any other into failed.
-run() {
-	local side=$1 r=$2
-	shift 2
-	local log=$OUT/$side-$r.log start=$SECONDS rc why=
-	(cd "$B" && timeout --kill-after=10 "$LIMIT" "$@") >"$log" 2>&1
-	rc=$?
-	printf 'round %d/%d %-8s rc=%-3d %4ds\n' "$r" "$ROUNDS" "$side" "$rc" $((SECONDS - start)) >&2
-	case $rc in
-	0)
-		if ! grep -Eq '^[[:space:]]*(init|init\+ctx|latency|bandwidth)[[:space:]]+[-0-9]' "$log"; then
-			why="exit 0 but no results"
-		fi
-		;;
-	124 | 137) why="timed out after $LIMIT s" ;;
-	*) why="exit status $rc" ;;
-	esac
-	if [ -n "$why" ]; then
-		local name=C
-		[ "$side" = c ] || name=$side
-		failed+=("round $r $name ($why)")
-		echo "gpu-compare.sh: round $r: $name failed ($why); its rows are left out. The end of $log:" >&2
-		tail -n 5 "$log" | sed 's/^/    /' >&2
-		return
-	fi
-	ok+=("side=$side" "$log")
-}
-
-for ((r = 1; r <= ROUNDS; r++)); do
-	run c "$r" "${cmd_c[@]}"
-	run courier "$r" "${cmd_courier[@]}"
-done
+run_rounds
 
 # The table, from the result rows of the runs that passed (a row's first
 # field is init, init+ctx, latency or bandwidth; anything else in the logs,
@@ -225,52 +168,4 @@ table() {
 	' "$@"
 }
 
-# shown CMD...: CMD as one line to paste into a shell (quoted only where
-# needed).
-shown() {
-	local a out=
-	for a in "$@"; do
-		if ! [[ $a =~ ^[-A-Za-z0-9_./:=,+@%]+$ ]]; then
-			a=$(printf '%q' "$a")
-		fi
-		out+="${out:+ }$a"
-	done
-	echo "$out"
-}
-
-# The NCCL version, from the first C header line ("# C + NCCL 22803, ...").
-nccl_version() {
-	local f v
-	for ((r = 1; r <= ROUNDS; r++)); do
-		f=$OUT/c-$r.log
-		[ -f "$f" ] || continue
-		v=$(awk '$1 == "#" && $2 == "C" && $3 == "+" && $4 == "NCCL" { v = $5; sub(/,$/, "", v); print v; exit }' "$f")
-		if [ -n "$v" ]; then
-			if [[ $v =~ ^[0-9]+$ ]] && [ "$v" -ge 20900 ]; then
-				v="$v ($((v / 10000)).$((v % 10000 / 100)).$((v % 100)))"
-			fi
-			echo "$v"
-			return
-		fi
-	done
-	echo unknown
-}
-
-{
-	echo "## C + NCCL (device memory) vs courier (nccl backend, $memory, stream pattern): medians of $ROUNDS rounds$cnote"
-	echo
-	table ${ok[@]+"${ok[@]}"}
-	echo
-	echo "Commands (in $B): C \`$(shown "${cmd_c[@]}")\`; courier \`$(shown "${cmd_courier[@]}")\`; NCCL $(nccl_version); $started to $(date -u)."
-	echo
-	if [ ${#failed[@]} -gt 0 ]; then
-		echo "FAILED runs, left out: $(printf '%s; ' "${failed[@]}" | sed 's/; $//')."
-	else
-		echo "All runs passed ($ROUNDS of each)."
-	fi
-} | tee "$OUT/table.md"
-
-if [ ${#failed[@]} -gt 0 ]; then
-	exit 1
-fi
-exit 0
+report "## C + NCCL (device memory) vs courier (nccl backend, $memory, stream pattern): medians of $ROUNDS rounds$cnote"

@@ -1,7 +1,6 @@
 package nccl
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -71,55 +70,74 @@ func (c *conn) Collective(co backend.Coll) (backend.Request, error) {
 // which a blocking communicator does inside the call, waiting for every
 // rank. Done in a user's first collective, that wait would hold the
 // communicator's mutex and escape COURIER_TIMEOUT; done in Open, every
-// program would pay for it. So warm (the engine's warmWorld) runs on a
-// goroutine of its own, outside the mutex, and the channel of every rank
+// program would pay for it. So warm (the engine's warmWorld: the call,
+// then a wait for its stream) runs on a goroutine of its own, outside the
+// mutex, right after Open on every rank, and the channel of every rank
 // takes nothing until it has returned (issueLocked): a collective posted
-// meanwhile waits in the queue, its wait bounded as any other. Close (or
-// Abort) aborts the communicator if it is still connecting, which ends
-// the call.
+// meanwhile waits in the queue, its wait bounded as any other.
+//
+// The communicator is never aborted while the call is in NCCL (an abort
+// frees what the call uses): a failure of the channel meanwhile
+// (failChanLocked) only ends the wait for the stream, and the abort
+// follows here, once warm has returned. Close waits for it (stopWarm).
 //
 // prepare runs with the mutex held and returns the call to make.
-func (c *conn) startWarm(prepare func() func(stop <-chan struct{}) error) {
+func (c *conn) startWarm(prepare func() func(quit <-chan struct{}) error) {
 	w := worldChan(c.size)
 	c.mu.Lock()
 	warm := prepare()
 	c.warming = true
 	c.warmDone = make(chan struct{})
+	c.warmQuit = make(chan struct{})
 	c.mu.Unlock()
 	go func() {
 		defer close(c.warmDone)
-		err := warm(c.stop)
+		err := warm(c.warmQuit)
 		c.mu.Lock()
+		defer c.mu.Unlock()
 		c.warming = false
-		if err != nil && c.chans[w].err == nil {
+		switch ch := &c.chans[w]; {
+		case ch.err == nil && err != nil:
 			c.failChanLocked(w, fmt.Errorf("nccl: connecting the communicator of every rank (an Allreduce of one byte): %w", err))
+		case ch.err != nil && !c.closing:
+			// Failed while warm ran: abort now (Close leaves it to
+			// engine.close).
+			if abort := c.eng.detach(w); abort != nil {
+				c.aborts.Add(1)
+				go c.abortChan(abort, nil, ch.err)
+			}
 		}
-		c.mu.Unlock()
 		c.kick()
 	}()
 }
 
-// stopWarm is Close's part in startWarm: if the communicator of every rank
-// is still connecting, it is aborted (ncclCommAbort makes the call
-// return), and the goroutine is waited for, at most abortBound.
+// quitWarmLocked makes warm stop waiting for its stream (Close, or a
+// failure of the channel of every rank).
+func (c *conn) quitWarmLocked() {
+	if c.warming && !c.warmQuitting {
+		c.warmQuitting = true
+		close(c.warmQuit)
+	}
+}
+
+// stopWarm is Close's part in startWarm: it waits for warm to return, at
+// most abortBound (its call waits in NCCL only for ranks that have not
+// made theirs, which every rank does right after Open). Past that, the
+// engine is marked stuck: close then leaves the memory the call may use.
 func (c *conn) stopWarm() error {
 	if c.warmDone == nil {
 		return nil
 	}
 	c.mu.Lock()
-	var abort func() error
-	if c.warming {
-		abort = c.eng.detach(worldChan(c.size))
-	}
+	c.quitWarmLocked()
 	c.mu.Unlock()
-	var err error
-	if abort != nil {
-		err = abort()
-	}
 	select {
 	case <-c.warmDone:
+		return nil
 	case <-time.After(abortBound):
-		return errors.Join(err, fmt.Errorf("nccl: connecting the communicator of every rank did not end within %v of its abort", abortBound))
+		if d, ok := c.eng.(*device); ok {
+			d.stuck.Store(true)
+		}
+		return fmt.Errorf("nccl: connecting the communicator of every rank had not returned %v after Close (a rank never made its call?); its memory was left", abortBound)
 	}
-	return err
 }

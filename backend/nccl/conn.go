@@ -141,8 +141,8 @@ type conn struct {
 	// warming: the communicator of every rank is being connected in the
 	// background (startWarm), and its channel takes nothing until then;
 	// warmDone is closed when that has ended.
-	warming  bool
-	warmDone chan struct{}
+	warming, warmQuitting bool
+	warmDone, warmQuit    chan struct{}
 
 	trace *traceStats // timings of every group, when COURIER_NCCL_TRACE is set
 
@@ -840,7 +840,11 @@ func (c *conn) failChanLocked(i int, err error) {
 		ch.err = err
 	}
 	err = ch.err
-	if first && !c.closing {
+	if first && i == worldChan(c.size) && c.warming {
+		// Not aborted while startWarm's call may be in NCCL: it aborts
+		// once that has returned.
+		c.quitWarmLocked()
+	} else if first && !c.closing {
 		if abort := c.eng.detach(i); abort != nil {
 			groups := ch.inflight
 			ch.inflight = nil
