@@ -3,6 +3,7 @@ package mp
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -205,6 +206,11 @@ func (c *Comm) runColl(co backend.Coll) error {
 	if c.size == 1 {
 		return copyLocal(co.Recv, co.Send)
 	}
+	if c.check {
+		if err := c.agree(co); err != nil {
+			return err
+		}
+	}
 	if co.Send.Count == 0 && co.Recv.Count == 0 {
 		return nil // nothing moves: every rank passes empty buffers
 	}
@@ -223,6 +229,46 @@ func (c *Comm) runColl(co backend.Coll) error {
 		return c.stagedColl(co)
 	}
 	return c.p2pColl(co)
+}
+
+// agree is the collectives' part of the checks (COURIER_CHECK=1): before
+// a collective runs, the ranks gather each one's description of it (which
+// collective, operator, root, element type, send count) over
+// point-to-point messages, and if any rank's differs from rank 0's every
+// rank fails with the same ErrMismatch, naming it, and nothing moves. A
+// transport cannot tell otherwise: on NCCL a count that differs hangs or
+// overruns a buffer, and an operator or root that differs gives wrong
+// data everywhere. It costs a ring of N−1 small messages per collective.
+func (c *Comm) agree(co backend.Coll) error {
+	mine := [5]int64{int64(co.Kind), 0, -1, int64(co.Send.Type), co.Send.Count}
+	if co.Kind.Reduces() {
+		mine[1] = int64(co.Op)
+	}
+	if co.Kind.Rooted() {
+		mine[2] = int64(co.Root)
+	}
+	all := make([]int64, 5*c.size)
+	copy(all[5*c.rank:], mine[:])
+	if err := c.ringAllgather(describe(all), func(k int) (int64, int64) { return int64(5 * k), 5 }); err != nil {
+		return err
+	}
+	say := func(d []int64) string {
+		s := fmt.Sprintf("%v of %d × %v", backend.CollKind(d[0]), d[4], backend.DType(d[3]))
+		if d[1] != 0 {
+			s += " with " + backend.Op(d[1]).String()
+		}
+		if d[2] >= 0 {
+			s += fmt.Sprintf(" (root %d)", d[2])
+		}
+		return s
+	}
+	for k := 1; k < c.size; k++ {
+		if !slices.Equal(all[5*k:5*k+5], all[:5]) {
+			return fmt.Errorf("%w: rank %d called %s where rank 0 called %s (every rank must call the same collectives, alike)",
+				ErrMismatch, k, say(all[5*k:5*k+5]), say(all[:5]))
+		}
+	}
+	return nil
 }
 
 // copyLocal copies src into dst (one rank's collective), unless they are

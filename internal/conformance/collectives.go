@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,6 +32,7 @@ func collectiveCases() []Case {
 		{Name: "Coll/WithPointToPoint", MinRanks: 2, Run: collWithPointToPoint},
 		{Name: "Coll/Sequence", MinRanks: 1, Run: collSequence},
 		{Name: "Coll/PendingSendProgresses", MinRanks: 2, Run: collPendingSend},
+		{Name: "Coll/CheckedDisagreement", MinRanks: 2, Run: collCheckedDisagreement},
 	}
 	return append(cases,
 		allreduceCase[[]int8]("int8"),
@@ -507,5 +509,46 @@ func collPendingSend(t T, c *mp.Comm) {
 		require.NoError(t, mp.Allreduce(c, v, v, mp.Sum))
 		require.NoError(t, mp.Barrier(c))
 	}
+	assert.Equal(t, []int64{int64(c.Size())}, v)
+}
+
+// collCheckedDisagreement: with checks on (COURIER_CHECK=1), ranks that
+// call a collective differently (another count, operator or root) all get
+// ErrMismatch naming the rank that differs, nothing moves, and the next
+// collective works. Without checks the case does nothing: a transport
+// cannot always tell (on NCCL a count that differs hangs).
+func collCheckedDisagreement(t T, c *mp.Comm) {
+	if !c.Checked() {
+		return
+	}
+	last := c.Size() - 1
+	n, op, root := 4, mp.Sum, 0
+	for i, what := range []string{"count", "operator", "root"} {
+		if c.Rank() == last {
+			switch i {
+			case 0:
+				n = 5
+			case 1:
+				op = mp.Max
+			case 2:
+				root = last
+			}
+		}
+		x := []float32{1, 2, 3, 4, 5}[:n]
+		keep := slices.Clone(x)
+		var err error
+		if i < 2 {
+			err = mp.Allreduce(c, x, x, op)
+		} else {
+			err = mp.Bcast(c, x, root)
+		}
+		if isErr(t, err, mp.ErrMismatch, "a collective whose %s differs on rank %d", what, last) {
+			assert.Contains(t, err.Error(), fmt.Sprintf("rank %d called", last))
+		}
+		assert.Equal(t, keep, x, "the buffer after a refused collective (%s)", what)
+		n, op, root = 4, mp.Sum, 0
+	}
+	v := []int64{1}
+	require.NoError(t, mp.Allreduce(c, v, v, mp.Sum), "a collective after the refused ones")
 	assert.Equal(t, []int64{int64(c.Size())}, v)
 }
