@@ -16,33 +16,15 @@ func Barrier(c *Comm) error {
 	}
 	c.collMu.Lock()
 	defer c.collMu.Unlock()
+	c.collPC = callerPC()
 	var token, got [1]uint8
 	// One rank still does one round, with itself, so a closed or aborted
 	// communicator reports it.
 	for dist := 1; dist < c.size || dist == 1; dist *= 2 {
 		to := (c.rank + dist) % c.size
 		from := (c.rank - dist + c.size) % c.size
-		// The send goes first: a token is one byte, sent eagerly, so it never
-		// waits for the receive, and a failed send leaves nothing posted.
-		sr, err := c.conn.Isend(describe(token[:]), to, collTag, callerPC())
-		if err != nil {
-			return c.opErr("barrier", to, -1, err)
-		}
-		rr, err := c.conn.Irecv(describe(got[:]), from, collTag, callerPC())
-		if err != nil {
-			c.wait(sr)
-			sr.Release()
-			return c.opErr("barrier", from, -1, err)
-		}
-		_, serr := c.wait(sr)
-		sr.Release()
-		_, rerr := c.wait(rr)
-		rr.Release()
-		if serr != nil {
-			return c.opErr("barrier", to, -1, serr)
-		}
-		if rerr != nil {
-			return c.opErr("barrier", from, -1, rerr)
+		if peer, err := c.exchange(describe(token[:]), to, describe(got[:]), from); err != nil {
+			return c.opErr("barrier", peer, -1, err)
 		}
 	}
 	return nil

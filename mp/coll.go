@@ -115,6 +115,7 @@ func (c *Comm) collective(co backend.Coll) error {
 	}
 	c.collMu.Lock()
 	defer c.collMu.Unlock()
+	c.collPC = co.Caller
 	return c.opErr(name, peer, -1, c.runColl(co))
 }
 

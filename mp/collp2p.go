@@ -71,18 +71,20 @@ func copyHost(dst, src backend.Buffer) {
 
 // exchange sends out to rank to and receives in from rank from, at once
 // (either skipped when its rank is -1), and checks that the message
-// received filled in.
-func (c *Comm) exchange(out backend.Buffer, to int, in backend.Buffer, from int) error {
-	var rr, sr backend.Request
+// received filled in. The send is posted first: a send that cannot start
+// leaves nothing posted. On failure it also returns the rank of the side
+// that failed. The messages carry the line of the program's call
+// (collPC).
+func (c *Comm) exchange(out backend.Buffer, to int, in backend.Buffer, from int) (int, error) {
+	var sr, rr backend.Request
 	var err error
-	pc := callerPC()
-	if from >= 0 {
-		if rr, err = c.conn.Irecv(in, from, collTag, pc); err != nil {
-			return err
+	if to >= 0 {
+		if sr, err = c.conn.Isend(out, to, collTag, c.collPC); err != nil {
+			return to, err
 		}
 	}
-	if to >= 0 {
-		sr, err = c.conn.Isend(out, to, collTag, pc)
+	if from >= 0 {
+		rr, err = c.conn.Irecv(in, from, collTag, c.collPC)
 	}
 	var serr, rerr error
 	if sr != nil {
@@ -94,17 +96,25 @@ func (c *Comm) exchange(out backend.Buffer, to int, in backend.Buffer, from int)
 		st, rerr = c.wait(rr)
 		rr.Release()
 		if rerr == nil && st.Count != in.Count {
-			rerr = fmt.Errorf("%w: rank %d sent %d elements where this rank expected %d: do all ranks pass buffers of the same length?",
-				ErrMismatch, from, st.Count, in.Count)
+			rerr = countMismatch(from, st.Count, in.Count)
 		}
 	}
 	switch {
 	case err != nil:
-		return err
+		return from, err
 	case serr != nil:
-		return serr
+		return to, serr
+	case rerr != nil:
+		return from, rerr
 	}
-	return rerr
+	return -1, nil
+}
+
+// countMismatch is the error of a collective's message whose count is
+// not the one this rank expected.
+func countMismatch(from int, got, want int64) error {
+	return fmt.Errorf("%w: rank %d sent %d elements where this rank expected %d: do all ranks pass buffers of the same length?",
+		ErrMismatch, from, got, want)
 }
 
 // bcastTree sends root's buf down a binomial tree: with ranks numbered
@@ -116,7 +126,7 @@ func (c *Comm) bcastTree(buf backend.Buffer, root int) error {
 	mask := 1
 	for ; mask < p; mask <<= 1 {
 		if v&mask != 0 {
-			if err := c.exchange(backend.Buffer{}, -1, buf, (v-mask+root)%p); err != nil {
+			if _, err := c.exchange(backend.Buffer{}, -1, buf, (v-mask+root)%p); err != nil {
 				return err
 			}
 			break
@@ -124,7 +134,7 @@ func (c *Comm) bcastTree(buf backend.Buffer, root int) error {
 	}
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if v+mask < p {
-			if err := c.exchange(buf, (v+mask+root)%p, backend.Buffer{}, -1); err != nil {
+			if _, err := c.exchange(buf, (v+mask+root)%p, backend.Buffer{}, -1); err != nil {
 				return err
 			}
 		}
@@ -146,13 +156,14 @@ func (c *Comm) reduceTree(send, recv backend.Buffer, op Op, root int) error {
 	var tmp backend.Buffer
 	for mask := 1; mask < p; mask <<= 1 {
 		if v&mask != 0 {
-			return c.exchange(acc, (v-mask+root)%p, backend.Buffer{}, -1)
+			_, err := c.exchange(acc, (v-mask+root)%p, backend.Buffer{}, -1)
+			return err
 		}
 		if v+mask < p {
 			if tmp.Type == backend.Invalid {
 				tmp = hostLike(send)
 			}
-			if err := c.exchange(backend.Buffer{}, -1, tmp, (v+mask+root)%p); err != nil {
+			if _, err := c.exchange(backend.Buffer{}, -1, tmp, (v+mask+root)%p); err != nil {
 				return err
 			}
 			reduceHost(acc, tmp, op)
@@ -193,7 +204,7 @@ func (c *Comm) ringReduceScatter(work backend.Buffer, op Op, block func(k int) (
 		so, sn := block(((r-s-1)%p + p) % p)
 		ro, rn := block(((r-s-2)%p + p) % p)
 		in := sub(tmp, 0, rn)
-		if err := c.exchange(sub(work, so, sn), next, in, prev); err != nil {
+		if _, err := c.exchange(sub(work, so, sn), next, in, prev); err != nil {
 			return err
 		}
 		reduceHost(sub(work, ro, rn), in, op)
@@ -210,7 +221,7 @@ func (c *Comm) ringAllgather(work backend.Buffer, block func(k int) (off, n int6
 	for s := range p - 1 {
 		so, sn := block(((r-s)%p + p) % p)
 		ro, rn := block(((r-s-1)%p + p) % p)
-		if err := c.exchange(sub(work, so, sn), next, sub(work, ro, rn), prev); err != nil {
+		if _, err := c.exchange(sub(work, so, sn), next, sub(work, ro, rn), prev); err != nil {
 			return err
 		}
 	}
@@ -228,20 +239,19 @@ func (c *Comm) alltoallPairs(send, recv backend.Buffer) error {
 		send = tmp
 	}
 	copyHost(sub(recv, int64(r)*n, n), sub(send, int64(r)*n, n))
-	pc := callerPC()
 	reqs := make([]backend.Request, 0, 2*(p-1))
 	var err error
 	for k := 1; k < p && err == nil; k++ {
 		from := (r - k + p) % p
 		var q backend.Request
-		if q, err = c.conn.Irecv(sub(recv, int64(from)*n, n), from, collTag, pc); err == nil {
+		if q, err = c.conn.Irecv(sub(recv, int64(from)*n, n), from, collTag, c.collPC); err == nil {
 			reqs = append(reqs, q)
 		}
 	}
 	for k := 1; k < p && err == nil; k++ {
 		to := (r + k) % p
 		var q backend.Request
-		if q, err = c.conn.Isend(sub(send, int64(to)*n, n), to, collTag, pc); err == nil {
+		if q, err = c.conn.Isend(sub(send, int64(to)*n, n), to, collTag, c.collPC); err == nil {
 			reqs = append(reqs, q)
 		}
 	}
@@ -249,8 +259,7 @@ func (c *Comm) alltoallPairs(send, recv backend.Buffer) error {
 		st, werr := c.wait(q)
 		q.Release()
 		if werr == nil && i < p-1 && st.Count != n {
-			werr = fmt.Errorf("%w: rank %d sent %d elements where this rank expected %d: do all ranks pass buffers of the same length?",
-				ErrMismatch, st.Source, st.Count, n)
+			werr = countMismatch(st.Source, st.Count, n)
 		}
 		if err == nil {
 			err = werr

@@ -52,8 +52,10 @@ type Comm struct {
 	env         func(string) string
 
 	// collMu lets one collective (or Barrier) of this rank run at a
-	// time: their messages share one tag.
+	// time: their messages share one tag. collPC, under it, is the
+	// program's call of the one running (its messages report it).
 	collMu sync.Mutex
+	collPC uintptr
 
 	closeOnce sync.Once
 	closeErr  error

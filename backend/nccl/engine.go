@@ -138,18 +138,6 @@ type op struct {
 // buffer's).
 func (o *op) bytes() int64 { return o.count * int64(o.typ.Size()) }
 
-// hostBytes is the size of the host memory the op's buffers hold.
-func (o *op) hostBytes() int64 {
-	var n int64
-	if o.buf.Mem == backend.Host {
-		n += o.buf.Len()
-	}
-	if o.coll != 0 && o.coll != backend.Bcast && o.buf2.Mem == backend.Host {
-		n += o.buf2.Len()
-	}
-	return n
-}
-
 // group is the unit of issue: the operations one flush hands NCCL between
 // ncclGroupStart and ncclGroupEnd, and the requests they complete.
 type group struct {
