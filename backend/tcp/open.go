@@ -22,6 +22,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/internal/auth"
+	"github.com/courier-mp/courier/internal/engine"
 	"github.com/courier-mp/courier/internal/netaddr"
 )
 
@@ -32,7 +33,13 @@ type Driver struct{}
 
 // DefaultLinger bounds how long Close waits for peers to acknowledge the
 // end of the connection before it closes it anyway.
-const DefaultLinger = 2 * time.Second
+const DefaultLinger = engine.DefaultLinger
+
+// ErrPeerClosed is part of the ErrPeerLost error of operations with a rank
+// that closed its communicator (said goodbye), as opposed to one that
+// aborted or whose process vanished: everything that rank sent before it
+// closed was delivered. Its text completes "rank N ...".
+var ErrPeerClosed = engine.ErrPeerClosed
 
 // Open implements backend.Driver: it listens (on COURIER_IFACE when set),
 // publishes its address through cfg.Exchange, and connects to every other
@@ -150,11 +157,11 @@ func New(_ context.Context, o Options) (backend.Conn, error) {
 	if o.Size > 1 && len(o.Conns) != o.Size {
 		return nil, fmt.Errorf("%w: %d connections for %d ranks", backend.ErrInvalid, len(o.Conns), o.Size)
 	}
-	c := newConn(o.Rank, o.Size, o.Check)
-	c.linger = o.Linger
-	if c.linger <= 0 {
-		c.linger = DefaultLinger
+	e, err := engine.New(engine.Options{Rank: o.Rank, Size: o.Size, Check: o.Check, Linger: o.Linger})
+	if err != nil {
+		return nil, err
 	}
+	links := make([]*link, 0, len(o.Conns))
 	for j, nc := range o.Conns {
 		if j == o.Rank {
 			continue
@@ -163,14 +170,14 @@ func New(_ context.Context, o Options) (backend.Conn, error) {
 			return nil, fmt.Errorf("%w: no connection to rank %d", backend.ErrInvalid, j)
 		}
 		tuneConn(nc)
-		c.peers[j] = newPeer(c, j, nc)
+		l := newLink(e, nc)
+		l.p = e.Attach(j, l)
+		links = append(links, l)
 	}
-	for _, p := range c.peers {
-		if p != nil {
-			p.start()
-		}
+	for _, l := range links {
+		l.start()
 	}
-	return c, nil
+	return e, nil
 }
 
 // tuneConn sets keep-alive probes so a peer whose host vanished without
@@ -220,39 +227,6 @@ func ifaceAddr(iface string) (string, error) {
 		return "", fmt.Errorf("%w: %w", backend.ErrInvalid, err)
 	}
 	return host, nil
-}
-
-// Close implements backend.Conn: pending operations end with ErrClosed,
-// each peer is sent BYE, and Close waits (up to the linger time) for the
-// peers to finish the connection before closing it and joining the
-// goroutines.
-func (c *conn) Close() error {
-	c.closeOnce.Do(func() {
-		c.closing.Store(true)
-		c.failAll(backend.ErrClosed)
-		for _, p := range c.peers {
-			if p == nil {
-				continue
-			}
-			// The writer sends BYE after what it already has queued.
-			p.nc.SetDeadline(time.Now().Add(c.linger))
-			p.push(job{bye: true})
-		}
-		done := make(chan struct{})
-		go func() { c.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(c.linger + time.Second):
-		}
-		for _, p := range c.peers {
-			if p != nil {
-				p.stop()
-				p.nc.Close()
-			}
-		}
-		<-done
-	})
-	return c.closeErr
 }
 
 // The handshake on a new peer connection (PROTOCOL.md, "Handshake"): the
