@@ -205,3 +205,6 @@ func (l *link) readLoop() {
 		}
 	}
 }
+
+// Transport implements the engine's naming of links.
+func (l *link) Transport() string { return TransportTCP }

@@ -45,3 +45,10 @@ func putBuf(b []byte) {
 	b = b[:0]
 	bufPools[c].Put(&b)
 }
+
+// GetBuf returns a buffer of length n from the engine's pools, for a link
+// that must keep a copy of a payload (PutBuf it when done).
+func GetBuf(n int) []byte { return getBuf(n) }
+
+// PutBuf returns a buffer from GetBuf; nil is ignored.
+func PutBuf(b []byte) { putBuf(b) }

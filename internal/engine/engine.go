@@ -161,3 +161,18 @@ func (e *Engine) Abort(err error) {
 // aborted or whose process vanished: everything that rank sent before it
 // closed was delivered. Its text completes "rank N ...".
 var ErrPeerClosed = errors.New("closed its communicator")
+
+// Transport names what carries messages to rank j: "self" for this rank,
+// else the link's own name ("tcp", "shm").
+func (e *Engine) Transport(j int) string {
+	if j == e.rank {
+		return "self"
+	}
+	if j < 0 || j >= e.size || e.peers[j] == nil {
+		return ""
+	}
+	if n, ok := e.peers[j].link.(interface{ Transport() string }); ok {
+		return n.Transport()
+	}
+	return "?"
+}

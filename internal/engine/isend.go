@@ -126,32 +126,58 @@ func (p *Peer) sendRTS(r *request) error {
 // payload. It returns the write error that broke the link, if any; the
 // send's request is completed either way.
 func (p *Peer) SendData(j Job, chunk int, write func(h *Header, payload []byte) error) error {
-	e := p.e
-	r := j.send
-	e.mu.Lock()
-	if e.inflight[j.SID] != r {
-		e.mu.Unlock() // ended by a failure sweep meanwhile
+	data, ok := p.DataStart(j)
+	if !ok {
 		return nil
 	}
-	p.writing.Store(r)
-	e.mu.Unlock()
-	data := r.buf.Bytes()
 	chunk = min(max(chunk, 1), MaxChunk)
 	var err error
 	if err = p.downErr(); err == nil {
 		for off := 0; off < len(data); off += chunk {
 			n := min(chunk, len(data)-off)
-			h := Header{Kind: KindData, Count: int64(n), Seq: j.RID, SID: uint64(off)}
+			h := DataHeader(j, off, n)
 			if err = write(&h, data[off:off+n]); err != nil {
 				err = p.lossError(err)
 				break
 			}
 		}
 	}
+	p.DataEnd(j, err)
+	return err
+}
+
+// DataStart begins a KindData job for a link that writes the chunks
+// itself: it returns the payload to send, or false when the send has
+// ended meanwhile (nothing to do). From DataStart to DataEnd the link owns
+// the send.
+func (p *Peer) DataStart(j Job) ([]byte, bool) {
+	e := p.e
+	r := j.send
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r == nil || e.inflight[j.SID] != r {
+		return nil, false // ended by a failure sweep meanwhile
+	}
+	p.writing.Store(r)
+	return r.buf.Bytes(), true
+}
+
+// DataHeader is the header of the DATA chunk of n bytes at off of job j.
+func DataHeader(j Job, off, n int) Header {
+	return Header{Kind: KindData, Count: int64(n), Seq: j.RID, SID: uint64(off)}
+}
+
+// DataEnd ends a KindData job begun by DataStart: the send completes, with
+// err (the link's loss) if the chunks could not all be written.
+func (p *Peer) DataEnd(j Job, err error) {
+	e := p.e
+	r := j.send
 	e.mu.Lock()
 	delete(e.inflight, j.SID)
 	p.writing.Store(nil)
 	e.mu.Unlock()
+	if err != nil {
+		err = p.lossError(err)
+	}
 	r.complete(e.sendStatus(r), err)
-	return err
 }
