@@ -39,6 +39,7 @@ type link struct {
 	dead     atomic.Bool
 
 	rmu sync.Mutex
+	src record // the payload being delivered; under rmu
 
 	wmu     sync.Mutex
 	sendSeq uint64   // under wmu
@@ -210,8 +211,10 @@ func (l *link) flushOne(ob *outbox, wrote *bool) bool {
 // poll takes what has arrived and flushes what waits, without blocking.
 func (l *link) poll() bool {
 	did := false
-	if !l.dead.Load() && !l.in.Empty() && l.rmu.TryLock() {
-		did = l.drain(64)
+	if !l.dead.Load() && l.rmu.TryLock() {
+		if !l.in.Empty() {
+			did = l.drain(64)
+		}
 		l.rmu.Unlock()
 	}
 	if l.nq.Load() > 0 && l.wmu.TryLock() {
@@ -237,10 +240,10 @@ func (l *link) drain(max int) bool {
 		}
 		if err == nil {
 			var h engine.Header
-			var src record
-			if h, src, err = decode(b, l.p.EagerLimit()); err == nil {
-				err = l.p.Arrive(&h, &src)
+			if h, l.src, err = decode(b, l.p.EagerLimit()); err == nil {
+				err = l.p.Arrive(&h, &l.src)
 			}
+			l.src = record{}
 			l.in.Consume()
 		}
 		if err != nil {

@@ -57,12 +57,12 @@ func (d Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, err
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, rank, size)
 	}
-	if size == 1 {
-		return New(ctx, Options{Rank: 0, Size: 1, Check: cfg.Check})
-	}
 	tr, err := d.transports(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if size == 1 {
+		return New(ctx, Options{Rank: 0, Size: 1, Check: cfg.Check})
 	}
 	return connect(ctx, cfg, tr)
 }

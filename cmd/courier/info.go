@@ -61,7 +61,7 @@ func (a *app) info(args []string) int {
 	}
 	if chosen == "" || chosen == "auto" {
 		pick := "no backend can run here"
-		for _, name := range []string{"nccl", "tcp"} { // auto's order
+		for _, name := range []string{"nccl", "host"} { // auto's order
 			if available[name] {
 				pick = name
 				break

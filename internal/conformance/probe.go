@@ -28,7 +28,7 @@ func probeSizes(r int) (small, large int) { return r*1000 + 3, 1<<16 + r }
 // which only tcp may not give.
 func probeUnsupported(t T, c *mp.Comm, err error) bool {
 	t.Helper()
-	if err != nil && c.Backend() != "tcp" && errors.Is(err, mp.ErrNotSupported) {
+	if err != nil && !hostBackend(c) && errors.Is(err, mp.ErrNotSupported) {
 		t.Logf("backend %s does not probe here: %v", c.Backend(), err)
 		return true
 	}

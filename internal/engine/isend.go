@@ -96,8 +96,11 @@ func (p *Peer) sendEager(r *request) error {
 	if err := p.downErr(); err != nil {
 		return err
 	}
-	h := Header{Kind: KindEager, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count}
-	if err := p.link.Send(&h, r.buf.Bytes()); err != nil {
+	// The header lives in the request: a local would escape to the heap
+	// through the interface call.
+	h := &r.hdr
+	*h = Header{Kind: KindEager, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count}
+	if err := p.link.Send(h, r.buf.Bytes()); err != nil {
 		return p.writeFailed(err)
 	}
 	return nil
@@ -108,14 +111,15 @@ func (p *Peer) sendRTS(r *request) error {
 	if err := p.downErr(); err != nil {
 		return err
 	}
-	h := Header{Kind: KindRTS, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, SID: r.id}
+	h := &r.hdr
+	*h = Header{Kind: KindRTS, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, SID: r.id}
 	if p.puller != nil {
 		if addr, ok := p.puller.PullAddr(r.buf.Bytes()); ok {
 			h.Flags |= RTSPull
 			h.Addr = addr
 		}
 	}
-	if err := p.link.Send(&h, nil); err != nil {
+	if err := p.link.Send(h, nil); err != nil {
 		return p.writeFailed(err)
 	}
 	return nil
