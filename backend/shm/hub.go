@@ -27,7 +27,6 @@ type Hub struct {
 	spinners atomic.Int32
 	live     atomic.Int32 // links not yet killed
 	stop     chan struct{}
-	probe    []byte // the pattern peers read to test single copy
 
 	// Ring memory is unmapped only when nothing can touch it: every user
 	// of it counts itself in active, and after closed is set nobody new

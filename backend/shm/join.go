@@ -95,10 +95,6 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local) (*Hub, error) {
 	h.inbox = seg
 	mem := seg.Bytes()
 	h.bell = shmem.NewBell((*uint32)(unsafe.Pointer(&mem[0])))
-	h.probe = make([]byte, 64)
-	for i := range h.probe {
-		h.probe[i] = byte(i*7 + e.Rank())
-	}
 	h.links = make([]*link, len(locals))
 	for i, lc := range locals {
 		in, err := shmem.NewRing(mem[page+i*rb:page+(i+1)*rb], cap)
@@ -152,7 +148,7 @@ func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
 		return fail(err)
 	}
 	l.pid = pid
-	mine := setupMsg{ringOff: off, ringCap: cap, probe: uint64(uintptr(unsafe.Pointer(&h.probe[0])))}
+	mine := setupMsg{ringOff: off, ringCap: cap, probe: uint64(shmem.ProbeAddr())}
 	sent := make(chan error, 1)
 	go func() { sent <- shmem.SendFds(uc, mine.encode(), h.inbox.Fd()) }()
 	var buf [setupSize]byte
@@ -196,8 +192,7 @@ func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
 	// the other, so a sender offers its address only to a rank that can
 	// read it.
 	canRead := byte(0)
-	var got [64]byte
-	if n, err := shmem.ReadFrom(pid, got[:], uintptr(theirs.probe)); err == nil && n == len(got) && probeOK(got[:], l.rank) {
+	if shmem.CanReadFrom(pid, uintptr(theirs.probe)) == nil {
 		canRead = 1
 	}
 	l.read.Store(canRead == 1)
@@ -210,16 +205,6 @@ func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
 	}
 	l.pull = ans[0] == 1
 	return nil
-}
-
-// probeOK checks the pattern rank's hub publishes.
-func probeOK(b []byte, rank int) bool {
-	for i, v := range b {
-		if v != byte(i*7+rank) {
-			return false
-		}
-	}
-	return true
 }
 
 // peerPid is the process at the other end of uc, as the kernel says.
