@@ -1,10 +1,11 @@
 package backend
 
 import (
-	"errors"
 	"os"
 	"slices"
 	"sync"
+
+	"github.com/courier-mp/courier/internal/errs"
 )
 
 var (
@@ -14,32 +15,34 @@ var (
 
 var getenv = os.Getenv
 
-// The sentinel errors every transport reports through. Package mp exports
-// the same values (mp.ErrTruncate == backend.ErrTruncate), so a user matches
-// them with errors.Is whichever package produced the error.
+// The sentinel errors every transport reports through. They are the values
+// of courier's leaf package internal/errs, which package mp (and package
+// cuda, for the two it reports) export too: mp.ErrTruncate ==
+// backend.ErrTruncate, so a user matches them with errors.Is whichever
+// package produced the error.
 var (
 	// ErrNotSupported: the operation or the backend cannot work here (no GPU,
 	// no library, a wildcard the transport cannot match). The wrapped error
 	// says why.
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = errs.ErrNotSupported
 	// ErrTruncate: a message is larger than the buffer posted to receive it.
-	ErrTruncate = errors.New("message truncated")
+	ErrTruncate = errs.ErrTruncate
 	// ErrMismatch: sender and receiver disagree on element type, count or
 	// tag (reported by the checks of COURIER_CHECK=1, and always for element
 	// types on transports that carry them).
-	ErrMismatch = errors.New("sender and receiver disagree")
+	ErrMismatch = errs.ErrMismatch
 	// ErrClosed: the communicator was closed.
-	ErrClosed = errors.New("communicator closed")
+	ErrClosed = errs.ErrClosed
 	// ErrTimeout: a wait took longer than the communicator's timeout.
-	ErrTimeout = errors.New("timed out")
+	ErrTimeout = errs.ErrTimeout
 	// ErrPeerLost: the peer's process or connection went away.
-	ErrPeerLost = errors.New("peer lost")
+	ErrPeerLost = errs.ErrPeerLost
 	// ErrAborted: the communicator was aborted (comm.Abort); the error passed
 	// to Abort is wrapped beside it.
-	ErrAborted = errors.New("communicator aborted")
+	ErrAborted = errs.ErrAborted
 	// ErrInvalid: an argument is out of range (a rank outside the
 	// communicator, a negative tag).
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = errs.ErrInvalid
 )
 
 // Register makes a driver available under name. It panics if name is empty,
