@@ -48,7 +48,7 @@ type Comm struct {
 	backendName string
 	timeout     time.Duration
 	check       bool
-	job         bootstrap.Job
+	job         backend.Job
 	env         func(string) string
 
 	// collMu lets one collective (or Barrier) of this rank run at a
@@ -144,8 +144,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
+	bjob := backendJob(job)
 	conn, err := drv.Open(ctx, backend.Config{
-		Job:      job,
+		Job:      bjob,
 		Exchange: exch,
 		Check:    *cfg.check,
 		Timeout:  cfg.timeout,
@@ -162,10 +163,23 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		backendName: name,
 		timeout:     cfg.timeout,
 		check:       *cfg.check,
-		job:         job,
+		job:         bjob,
 		env:         cfg.env,
 	}, nil
 }
+
+// backendJob is what the transports read of the launch: rank 0's address
+// is the listener's when the launcher handed one down.
+func backendJob(job bootstrap.Job) backend.Job {
+	addr := job.Addr
+	if job.Listener != nil {
+		addr = job.Listener.Addr().String()
+	}
+	return backend.Job{Rank: job.Rank, Size: job.Size, LocalRank: job.LocalRank, Key: job.Key, Addr: addr}
+}
+
+// bootstrap's Exchanger is what a Driver's Open takes.
+var _ backend.Exchanger = bootstrap.Exchanger(nil)
 
 // fromEnv fills what the options left unset from COURIER_* variables.
 func (c *config) fromEnv() error {
