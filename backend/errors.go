@@ -45,6 +45,18 @@ var (
 	ErrInvalid = errs.ErrInvalid
 )
 
+// ErrPeerClosed is the "peer closed" signal of the contract: a transport
+// wraps it, beside ErrPeerLost, in the error of operations with a rank
+// that closed its communicator in order (said goodbye), as opposed to one
+// that aborted or whose process vanished. Everything that rank sent before
+// it closed was delivered, so a transport layered on another (nccl on the
+// tcp host connection) can tell a peer that left from one that failed:
+//
+//	err := fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, rank, backend.ErrPeerClosed)
+//
+// Its text completes "rank N …".
+var ErrPeerClosed = errs.ErrPeerClosed
+
 // Register makes a driver available under name. It panics if name is empty,
 // d is nil, or name is taken, like database/sql.Register: these are
 // programming errors found at init time.

@@ -40,7 +40,10 @@ func TestSentinelsAreTheLeafsValues(t *testing.T) {
 		for _, d := range cases[i+1:] {
 			assert.False(t, errors.Is(c.leaf, d.leaf), "%s matches %s", c.name, d.name)
 		}
+		assert.False(t, errors.Is(c.leaf, backend.ErrPeerClosed), "%s matches ErrPeerClosed", c.name)
 	}
+	// The "peer closed" signal of the contract is the leaf's too.
+	assert.Same(t, errs.ErrPeerClosed, backend.ErrPeerClosed)
 }
 
 // A CUDA error that says CUDA cannot run here matches mp.ErrNotSupported

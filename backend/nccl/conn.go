@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/courier-mp/courier/backend"
-	"github.com/courier-mp/courier/backend/tcp"
 )
 
 // Timing of the communicator's own polling.
@@ -964,7 +963,7 @@ func (c *conn) peerLost(p int, err error) {
 	// Checked: every message p sent was announced before it left; the
 	// receives that matched none never will.
 	c.failRecvsLocked(p, err, false)
-	if !errors.Is(err, tcp.ErrPeerClosed) {
+	if !errors.Is(err, backend.ErrPeerClosed) {
 		// p aborted, or its process vanished: what it had not delivered
 		// never will be, and its side of the channels is being torn down
 		// (an abort of p's may wait until this rank aborts its side).

@@ -34,3 +34,9 @@ var (
 	// communicator, a negative tag, a nil or destroyed object).
 	ErrInvalid = errors.New("invalid argument")
 )
+
+// ErrPeerClosed is wrapped, beside ErrPeerLost, in the error of operations
+// with a rank that closed its communicator in order (said goodbye), as
+// opposed to one that aborted or whose process vanished: everything that
+// rank sent before it closed was delivered. Its text completes "rank N …".
+var ErrPeerClosed = errors.New("closed its communicator")
