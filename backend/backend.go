@@ -1,26 +1,8 @@
-// Package backend is the contract between package mp, which users import, and
-// the transports that move messages (TCP, NCCL).
-//
-// It plays the role database/sql/driver plays for database/sql: a transport
-// implements Driver and registers itself by name; mp picks a driver by the
-// name in COURIER_BACKEND and talks to it only through the interfaces here.
-// Users never need this package unless they write a transport.
-//
-// The semantics every transport must give are written down in DESIGN terms in
-// mp's package documentation; the ones that shape this contract are:
-//
-//   - Isend and Irecv never block waiting for the peer. A transport may block
-//     briefly (for example while a small frame is written to a socket whose
-//     reader is alive), but never on the matching operation being posted.
-//   - Messages from one sender with the same tag are matched in the order they
-//     were sent (MPI's non-overtaking rule).
-//   - Every request ends: with success, or with an error matching one of the
-//     sentinels below (errors.Is). A lost peer, Close and Abort end every
-//     pending request.
 package backend
 
 import (
 	"context"
+	"os"
 	"time"
 	"unsafe"
 )
@@ -194,6 +176,9 @@ type Exchanger interface {
 	// number of times.
 	AllGather(ctx context.Context, data []byte) ([][]byte, error)
 }
+
+// getenv reads the process environment.
+var getenv = os.Getenv
 
 // Getenv looks a variable up through c.Env, or the process environment.
 func (c Config) Getenv(name string) string {
