@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,11 +30,6 @@ const MaxTag = backend.MaxTag
 // tag, and how many elements of the receive buffer it filled. For a send,
 // Source is the sender's own rank and Count the number of elements sent.
 type Status = backend.Status
-
-// DefaultInitTimeout bounds Init when neither its context nor
-// COURIER_TIMEOUT gives a deadline: a rank that never arrives makes Init
-// fail instead of hanging.
-const DefaultInitTimeout = 2 * time.Minute
 
 // Comm is a communicator: this process's endpoint among Size ranks.
 //
@@ -131,15 +125,8 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if _, hasDeadline := ctx.Deadline(); !hasDeadline {
-		bound := cfg.timeout
-		if bound <= 0 {
-			bound = DefaultInitTimeout
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, bound)
-		defer cancel()
-	}
+	ctx, cancel := initContext(ctx, cfg.timeout)
+	defer cancel()
 	exch, err := bootstrap.Connect(ctx, job)
 	if err != nil {
 		return fail(err)
@@ -187,13 +174,11 @@ func (c *config) fromEnv() error {
 		c.backend = strings.TrimSpace(c.env("COURIER_BACKEND"))
 	}
 	if !c.timeoutSet {
-		if s := strings.TrimSpace(c.env("COURIER_TIMEOUT")); s != "" {
-			d, err := parseTimeout(s)
-			if err != nil {
-				return err
-			}
-			c.timeout = d
+		d, err := timeoutFromEnv(c.env)
+		if err != nil {
+			return err
 		}
+		c.timeout = d
 	}
 	if c.check == nil {
 		on := false
@@ -207,17 +192,6 @@ func (c *config) fromEnv() error {
 		c.check = &on
 	}
 	return nil
-}
-
-// parseTimeout reads a duration ("30s", "2m") or a number of seconds.
-func parseTimeout(s string) (time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return d, nil
-	}
-	if secs, err := strconv.ParseFloat(s, 64); err == nil && secs >= 0 {
-		return time.Duration(secs * float64(time.Second)), nil
-	}
-	return 0, invalidf("COURIER_TIMEOUT=%q: want a duration such as 30s", s)
 }
 
 // pickDriver resolves a backend name; "" and "auto" take the first
