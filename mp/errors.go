@@ -1,6 +1,7 @@
 package mp
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -80,6 +81,12 @@ func (e *OpError) Error() string {
 
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
+
+// Timeout reports whether the operation ended because a wait passed the
+// communicator's timeout: whether Err matches ErrTimeout. With it an
+// *OpError satisfies the interface{ Timeout() bool } that net.Error and
+// os.IsTimeout-style checks use.
+func (e *OpError) Timeout() bool { return e != nil && errors.Is(e.Err, ErrTimeout) }
 
 func (c *Comm) opErr(op string, peer, tag int, err error) error {
 	if err == nil {

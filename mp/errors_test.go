@@ -3,12 +3,14 @@ package mp_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/internal/errs"
+	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -58,4 +60,25 @@ func TestCUDAErrorMatchesMPSentinel(t *testing.T) {
 		assert.Equal(t, want, errors.Is(err, backend.ErrNotSupported), "CUresult %d and backend.ErrNotSupported", code)
 		assert.False(t, errors.Is(err, mp.ErrInvalid), "CUresult %d matches ErrInvalid", code)
 	}
+}
+
+// An OpError says whether it is a timeout, as net.Error does: true for a
+// wait that passed the communicator's timeout (and the requests its abort
+// ended), false for other errors.
+func TestOpErrorTimeout(t *testing.T) {
+	ranktest.RunConfig(t, 1, ranktest.Config{Timeout: 100 * time.Millisecond}, func(t *ranktest.T, c *mp.Comm) {
+		isTimeout := func(err error) bool {
+			var te interface{ Timeout() bool }
+			return errors.As(err, &te) && te.Timeout()
+		}
+		assert.False(t, isTimeout(mp.Send(c, []byte{1}, 7, 0)), "a rank out of range")
+		pending := mp.Irecv(c, make([]byte, 1), 0, 1)
+		_, err := mp.Recv(c, make([]byte, 1), 0, 2) // never sent
+		assert.ErrorIs(t, err, mp.ErrTimeout)
+		assert.True(t, isTimeout(err), "the timed-out wait: %v", err)
+		_, err = pending.Wait()
+		assert.True(t, isTimeout(err), "a request the timeout's abort ended: %v", err)
+	})
+	assert.False(t, (&mp.OpError{Op: "recv", Err: mp.ErrPeerLost}).Timeout())
+	assert.False(t, (*mp.OpError)(nil).Timeout())
 }
