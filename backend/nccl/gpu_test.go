@@ -317,8 +317,10 @@ func TestGPUPingPong(t *testing.T) {
 }
 
 // TestGPUGroupings: the pairings of grouped and serial operations that
-// hang NCCL as a pair's first traffic over one communicator (DESIGN.md),
-// first thing on a fresh communicator, small and large, device memory.
+// hang NCCL as a pair's first traffic over one communicator (NCCL sets up
+// each direction's connection inside the first call that needs it, and
+// that setup needs the peer), first thing on a fresh communicator, small
+// and large, device memory.
 func TestGPUGroupings(t *testing.T) {
 	for _, n := range []int64{8, 32 << 20} {
 		t.Run(fmt.Sprint(n, "B"), func(t *testing.T) {
