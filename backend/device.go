@@ -42,9 +42,9 @@ func PickDevice(cfg Config, n int) (int, error) {
 // Stream is a CUDA stream as it crosses the contract. Package backend
 // imports no package of courier but its sentinels' leaf (not cuda either),
 // so the stream is opaque here: package mp passes a *cuda.Stream, which
-// implements Stream. A transport
-// built on package cuda asserts it back (s.(*cuda.Stream)) to queue work
-// on it; one that reaches CUDA or NCCL from C passes Handle to them.
+// implements Stream. A transport built on package cuda asserts it back
+// (s.(*cuda.Stream)) to queue work on it; one that reaches CUDA or NCCL
+// from C passes Handle to them.
 type Stream interface {
 	// Handle returns the CUstream; 0 for a nil or destroyed stream, which
 	// a transport refuses with ErrInvalid (to CUDA, 0 would mean the
