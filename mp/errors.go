@@ -54,6 +54,8 @@ type OpError struct {
 	Err     error
 }
 
+// Error returns "courier: Op (Backend) on rank Rank with rank Peer, tag
+// Tag: Err", leaving out what is unknown.
 func (e *OpError) Error() string {
 	s := "courier: " + e.Op
 	if e.Backend != "" {
