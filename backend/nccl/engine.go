@@ -130,7 +130,7 @@ type op struct {
 	// needs; typ and count are buf's.
 	coll  backend.CollKind
 	buf2  backend.Buffer
-	redop backend.Op
+	redop backend.ReduceOp
 	root  int
 }
 

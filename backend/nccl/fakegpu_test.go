@@ -130,7 +130,7 @@ func realJob(t *testing.T, n int, check bool) []*conn {
 				return
 			}
 			defer ex.Close()
-			bc, err := Driver{}.Open(ctx, backend.Config{Job: job, Exchange: ex, Check: check, Timeout: 5 * time.Second, Env: os.Getenv})
+			bc, err := Driver{}.Open(ctx, backend.Config{Job: jobOf(job), Exchange: ex, Check: check, Timeout: 5 * time.Second, Env: os.Getenv})
 			if err != nil {
 				t.Errorf("rank %d: Open: %v", r, err)
 				return
@@ -399,7 +399,7 @@ func TestFakeGPUChildOpenBounded(t *testing.T) {
 			}
 			defer ex.Close()
 			start := time.Now()
-			bc, err := Driver{}.Open(ctx, backend.Config{Job: job, Exchange: ex, Env: os.Getenv})
+			bc, err := Driver{}.Open(ctx, backend.Config{Job: jobOf(job), Exchange: ex, Env: os.Getenv})
 			took := time.Since(start)
 			if err == nil {
 				bc.Close()

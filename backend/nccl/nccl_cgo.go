@@ -491,7 +491,7 @@ func (l *library) check(r int, op string, comm uintptr, cu C.int) error {
 	if r == ncclSuccess {
 		return nil
 	}
-	e := &ncclError{Code: r, Op: op, Msg: l.resultString(r)}
+	e := &Error{Code: r, Name: resultName(r), Op: op, Msg: l.resultString(r)}
 	if r == resPushFailed || r == resPopFailed {
 		e.Msg += fmt.Sprintf(" (CUresult %d)", int(cu))
 	} else if comm != 0 || r != ncclInProgress {

@@ -421,11 +421,12 @@ func (c *conn) Abort(err error) {
 	}
 }
 
-// ErrPeerClosed is part of the ErrPeerLost error of operations with a rank
-// that closed its communicator (said goodbye), as opposed to one that
-// aborted or whose process vanished: everything that rank sent before it
-// closed was delivered. Its text completes "rank N ...".
-var ErrPeerClosed = errors.New("closed its communicator")
+// ErrPeerClosed is backend.ErrPeerClosed, the same value: part of the
+// ErrPeerLost error of operations with a rank that closed its
+// communicator in order.
+//
+// Deprecated: use backend.ErrPeerClosed, which every transport shares.
+var ErrPeerClosed = backend.ErrPeerClosed
 
 // Iprobe implements backend.Prober: the oldest message that arrived from
 // source with tag and that no receive has taken. A message from a rank

@@ -190,9 +190,6 @@ func listenHost(cfg backend.Config) (string, error) {
 		return ifaceAddr(iface)
 	}
 	addr := cfg.Job.Addr
-	if cfg.Job.Listener != nil {
-		addr = cfg.Job.Listener.Addr().String()
-	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
 		return "127.0.0.1", nil

@@ -177,7 +177,7 @@ func (p *peer) lossError(err error) error {
 		return *e
 	}
 	if p.bye.Load() {
-		return fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, ErrPeerClosed)
+		return fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%w: rank %d: connection closed without a goodbye (process exited or was killed)", backend.ErrPeerLost, p.rank)
@@ -339,7 +339,7 @@ func (p *peer) onFrame(h *header) error {
 		if h.Flags&byeAborted != 0 {
 			p.c.failPeer(p, fmt.Errorf("%w: rank %d aborted its communicator", backend.ErrPeerLost, p.rank))
 		} else {
-			p.c.failPeer(p, fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, ErrPeerClosed))
+			p.c.failPeer(p, fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed))
 		}
 	}
 	return nil
