@@ -83,19 +83,6 @@ type engine interface {
 	close() error
 }
 
-// sendChan and recvChan are the channels that carry this rank's sends to,
-// and receives from, rank p.
-func sendChan(p int) int { return 2 * p }
-func recvChan(p int) int { return 2*p + 1 }
-
-// chanPeer returns the rank at the other end of channel ch (size, for the
-// channel of all ranks).
-func chanPeer(ch int) int { return ch / 2 }
-
-// worldChan is the channel of the collectives in a job of size ranks: an
-// NCCL communicator of every rank, after the two channels of each rank.
-func worldChan(size int) int { return 2 * size }
-
 // op is one send or receive of a group.
 type op struct {
 	// r is the request the op belongs to; nil for the ops that connect the
