@@ -45,3 +45,13 @@ func (ch *channel) launching() bool {
 	n := len(ch.inflight)
 	return n > 0 && ch.inflight[n-1].launching
 }
+
+// channelPeer is the NCCL rank of the other end of channel ch: on the
+// channel to a rank this rank is NCCL rank 0 and the peer rank 1; on the
+// channel from it, the other way round (see initComms).
+func channelPeer(ch int) int {
+	if ch == recvChan(chanPeer(ch)) {
+		return 0
+	}
+	return 1
+}
