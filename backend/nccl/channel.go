@@ -1,6 +1,9 @@
 package nccl
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // sendChan and recvChan are the channels that carry this rank's sends to,
 // and receives from, rank p.
@@ -54,4 +57,15 @@ func channelPeer(ch int) int {
 		return 0
 	}
 	return 1
+}
+
+// chanName names channel ch of a job of size ranks, for errors.
+func chanName(ch, size int) string {
+	switch {
+	case ch == worldChan(size):
+		return "the communicator of every rank"
+	case ch%2 == 1:
+		return fmt.Sprintf("the channel from rank %d", chanPeer(ch))
+	}
+	return fmt.Sprintf("the channel to rank %d", chanPeer(ch))
 }
