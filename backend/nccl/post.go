@@ -61,44 +61,7 @@ func (c *conn) usableLocked(peer int, recv bool) error {
 // communicator. buf must not change until the request completes. A send to
 // this rank itself is matched and copied at once and completes at once.
 func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend.Request, error) {
-	if dest < 0 || dest >= c.size {
-		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, dest, c.size)
-	}
-	if err := c.validate(buf); err != nil {
-		return nil, err
-	}
-	if tag < 0 && dest != c.rank {
-		return c.internal(false, buf, dest, tag, caller)
-	}
-	r := newRequest(c, false, buf, dest, tag, caller)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.trace != nil {
-		c.trace.posted(time.Now())
-	}
-	if err := c.usableLocked(dest, false); err != nil {
-		r.recycle()
-		return nil, err
-	}
-	if dest == c.rank {
-		if err := c.sendSelfLocked(r); err != nil {
-			r.recycle()
-			return nil, err
-		}
-		return r, nil
-	}
-	if c.check {
-		p := &c.peers[dest]
-		r.seq = p.sendSeq
-		env := envelope{seq: r.seq, tag: int32(tag), typ: buf.Type, count: buf.Count}
-		if err := c.ctl.sendEnvelope(dest, &env, &c.envOut); err != nil {
-			r.recycle()
-			return nil, err
-		}
-		p.sendSeq++
-	}
-	c.queue = append(c.queue, r)
-	return r, nil
+	return c.post(false, buf, dest, tag, caller)
 }
 
 // Irecv implements backend.Conn. It queues the receive and returns at
@@ -113,39 +76,82 @@ func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 			"(NCCL delivers each rank's messages in order; use the tcp backend for wildcards)",
 			backend.ErrNotSupported)
 	}
-	if source < 0 || source >= c.size {
-		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, source, c.size)
+	return c.post(true, buf, source, tag, caller)
+}
+
+// post is what Isend and Irecv share: it checks the peer and the buffer,
+// hands a message with a negative tag to the host connection (internal),
+// and otherwise makes the request and, with the mutex held, places it
+// (placeSendLocked, placeRecvLocked) if its channel is usable. A request
+// that cannot be placed is recycled, never handed out.
+func (c *conn) post(recv bool, buf backend.Buffer, peer, tag int, caller uintptr) (backend.Request, error) {
+	if peer < 0 || peer >= c.size {
+		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, peer, c.size)
 	}
 	if err := c.validate(buf); err != nil {
 		return nil, err
 	}
-	if tag < 0 && source != c.rank {
-		return c.internal(true, buf, source, tag, caller)
+	if tag < 0 && peer != c.rank {
+		return c.internal(recv, buf, peer, tag, caller)
 	}
-	r := newRequest(c, true, buf, source, tag, caller)
+	r := newRequest(c, recv, buf, peer, tag, caller)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.trace != nil {
 		c.trace.posted(time.Now())
 	}
-	if err := c.usableLocked(source, true); err != nil {
+	err := c.usableLocked(peer, recv)
+	if err == nil {
+		if recv {
+			err = c.placeRecvLocked(r)
+		} else {
+			err = c.placeSendLocked(r)
+		}
+	}
+	if err != nil {
 		r.recycle()
 		return nil, err
 	}
-	if source == c.rank {
+	return r, nil
+}
+
+// placeSendLocked places send r: to this rank itself, it is matched and
+// copied at once (self.go); to another, with checks its envelope goes to
+// the receiver first (control.go), and it is queued.
+func (c *conn) placeSendLocked(r *request) error {
+	if r.peer == c.rank {
+		return c.sendSelfLocked(r)
+	}
+	if c.check {
+		p := &c.peers[r.peer]
+		r.seq = p.sendSeq
+		env := envelope{seq: r.seq, tag: int32(r.tag), typ: r.buf.Type, count: r.buf.Count}
+		if err := c.ctl.sendEnvelope(r.peer, &env, &c.envOut); err != nil {
+			return err
+		}
+		p.sendSeq++
+	}
+	c.queue = append(c.queue, r)
+	return nil
+}
+
+// placeRecvLocked places receive r: from this rank itself, it is matched
+// in memory (self.go); with checks, against the messages its peer
+// announced (match.go), failing with why the peer is gone if it can never
+// match; otherwise it is queued.
+func (c *conn) placeRecvLocked(r *request) error {
+	if r.peer == c.rank {
 		c.recvSelfLocked(r)
-		return r, nil
+		return nil
 	}
 	if c.check {
 		if !c.matchRecvLocked(r) {
-			err := c.peers[source].lost
-			r.recycle()
-			return nil, err
+			return c.peers[r.peer].lost // not nil: matchRecvLocked says so
 		}
-		return r, nil
+		return nil
 	}
 	c.queue = append(c.queue, r)
-	return r, nil
+	return nil
 }
 
 // internal sends or receives a message with a negative tag: the
