@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/cuda"
@@ -19,173 +18,256 @@ import (
 // NCCL communicator of two ranks for each direction between two ranks (all
 // at once; bounded by ctx), and connect every channel with a one-byte
 // message. Meanwhile each rank sets up its completion words.
+//
+// Its phases, each a method of opening below: meet (this rank's setup and
+// the hellos), newEngine, makeChannels (streams, buffers, completion
+// words, the host connection, the NCCL communicators), makeConn, connect
+// (first contact), then the background connection of the communicator of
+// every rank (startWarm). A phase that fails undoes what the earlier ones
+// made.
 func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
-	openStart := time.Now()
-	traced := cfg.Getenv("COURIER_NCCL_TRACE") != ""
-	// phase prints how long Open has taken when COURIER_NCCL_TRACE is set.
-	phase := func(what string) {
-		if traced {
-			fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: Open: %s after %v\n", cfg.Job.Rank, what, time.Since(openStart))
-		}
-	}
-	job := cfg.Job
-	if job.Size < 1 || job.Rank < 0 || job.Rank >= job.Size {
-		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, job.Rank, job.Size)
-	}
-	// Every rank's own failure goes into its hello, so that all fail
-	// together.
-	blocking, lerr := blockingMode(cfg.Getenv)
-	var events, share bool
-	if lerr == nil {
-		events, lerr = eventsMode(cfg.Getenv)
-	}
-	if lerr == nil {
-		share, lerr = sharedStreamMode(cfg.Getenv)
-	}
-	var lo *local
-	if lerr == nil {
-		lo, lerr = setupLocal(cfg)
-	}
-	phase("CUDA and NCCL loaded, GPU set up")
-	all, err := cfg.Exchange.AllGather(ctx, encodeHello(lo, lerr))
-	phase("the unique IDs exchanged")
-	if lerr != nil {
-		return nil, lerr
-	}
-	if err == nil && len(all) != job.Size {
-		err = fmt.Errorf("nccl: the exchange returned %d hellos for %d ranks", len(all), job.Size)
-	}
+	o, err := newOpening(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("nccl: exchanging the NCCL unique IDs: %w", err)
-	}
-	hellos := make([]hello, job.Size)
-	for k, b := range all {
-		if hellos[k], err = decodeHello(k, job.Size, b); err != nil {
-			return nil, err
-		}
-	}
-	for k := range hellos {
-		if k != job.Rank && hellos[k].host == lo.host && hellos[k].bus == lo.bus && lo.bus != "" {
-			return nil, fmt.Errorf("nccl: %w: ranks %d and %d would both use the GPU at %s on %s: one GPU per rank (set %s, or run fewer ranks per host)",
-				backend.ErrInvalid, min(k, job.Rank), max(k, job.Rank), lo.bus, lo.host, DeviceEnv)
-		}
-	}
-
-	world := job.Size > 1 && hellos[0].ids[0] != [idBytes]byte{}
-	eng := &device{
-		lib: lo.lib, hooks: lo.hooks, dev: lo.dev,
-		rank:     job.Rank,
-		size:     job.Size,
-		blocking: blocking,
-		timed:    traced,
-		comms:    make([]uintptr, 2*job.Size+1),
-		streams:  make([]*cuda.Stream, 2*job.Size+1),
-	}
-	fail := func(err error, ctl *control) (backend.Conn, error) {
-		if ctl != nil { // the others first: an abort may wait for its peer's
-			ctl.abort(err)
-			ctl.close()
-		}
-		if aerr := eng.close(); aerr != nil {
-			err = joinAbort(err, aerr)
-		}
 		return nil, err
 	}
-	var ctl *control
-	if job.Size > 1 {
-		for p := range job.Size {
-			if p == job.Rank {
-				continue
-			}
-			for _, ch := range []int{sendChan(p), recvChan(p)} {
-				if eng.streams[ch], err = cuda.NewStream(lo.dev); err != nil {
-					return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
-				}
-			}
-		}
-		if world {
-			if eng.streams[worldChan(job.Size)], err = cuda.NewStream(lo.dev); err != nil {
-				return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
-			}
-		}
-		if share {
-			// Given to the engine first, so that fail's close destroys
-			// those made if one fails.
-			eng.setShared(make([]*cuda.Stream, job.Size))
-			for p := range job.Size {
-				if p == job.Rank {
-					continue
-				}
-				if eng.shared[p], err = cuda.NewStream(lo.dev); err != nil {
-					return fail(fmt.Errorf("nccl: creating a stream on %v: %w", lo.dev, err), nil)
-				}
-			}
-		}
-		if eng.warm, err = cuda.Alloc[byte](lo.dev, int64(2*job.Size)); err != nil {
-			return fail(fmt.Errorf("nccl: allocating the connection buffers: %w", err), nil)
-		}
-		// The completion words are set up while the ranks meet and NCCL
-		// creates the communicators (page-locked memory takes a while to
-		// allocate); joinFlags waits for that, once, before anything
-		// else touches the engine's memory.
-		flagsDone := make(chan error, 1)
-		if events {
-			flagsDone <- errors.New(EventsEnv + "=1")
-		} else {
-			go func() { flagsDone <- eng.useFlags(len(eng.comms), eng.streams[sendChan((job.Rank+1)%job.Size)]) }()
-		}
-		var joined bool
-		joinFlags := func() {
-			if joined {
-				return
-			}
-			joined = true
-			if ferr := <-flagsDone; ferr != nil {
-				phase("completion by events: " + ferr.Error())
-			} else {
-				phase("completion by words in page-locked memory")
-			}
-		}
-		if ctl, err = openControl(ctx, cfg); err != nil {
-			joinFlags()
-			return fail(err, nil)
-		}
-		phase("the host connection open")
-		if err = initComms(ctx, eng, job.Rank, job.Size, hellos); err != nil {
-			joinFlags()
-			return fail(err, ctl)
-		}
-		phase("the NCCL communicators made")
-		joinFlags()
+	if err := o.meet(ctx); err != nil {
+		return nil, err
 	}
-	var tr *traceStats
-	if traced {
-		tr = &traceStats{}
+	o.newEngine()
+	if err := o.makeChannels(ctx); err != nil {
+		return nil, o.fail(err)
 	}
-	c := newConn(connOptions{
-		rank: job.Rank, size: job.Size, dev: int(lo.dev), check: cfg.Check,
-		eng: eng, ctl: ctl, trace: tr, world: world,
-	})
-	base := eng.warm.Ptr()
-	if eng.blocking {
-		err = eng.connectBlocking(ctx, job.Rank, job.Size)
-	} else {
-		err = c.connectAll(ctx, func(p int) (send, recv op) {
-			send = op{peer: p, typ: backend.Uint8, count: 1, addr: base}
-			recv = op{peer: p, recv: true, typ: backend.Uint8, count: 1, addr: base + uintptr(1+p)}
-			return send, recv
-		})
-	}
-	if err != nil {
+	c := o.makeConn()
+	if err := o.connect(ctx, c); err != nil {
 		c.Abort(err)
 		c.Close()
 		return nil, err
 	}
-	phase("every channel connected")
-	if world {
-		c.startWarm(eng.worldWarmer)
+	o.trace.phase("every channel connected")
+	if o.world {
+		c.startWarm(o.eng.worldWarmer)
 	}
 	return c, nil
+}
+
+// opening is an Open under way: what its phases have made so far.
+type opening struct {
+	cfg        backend.Config
+	rank, size int
+	trace      openTrace
+	// The modes (env.go): blocking communicators, completion told by
+	// events, a stream shared by the two channels of a pair.
+	blocking, events, share bool
+	lo                      *local
+	hellos                  []hello
+	world                   bool // there is a communicator of every rank
+	eng                     *device
+	ctl                     *control
+}
+
+// newOpening checks the job and starts Open's trace.
+func newOpening(cfg backend.Config) (*opening, error) {
+	job := cfg.Job
+	o := &opening{cfg: cfg, rank: job.Rank, size: job.Size, trace: newOpenTrace(cfg.Getenv, job.Rank)}
+	if job.Size < 1 || job.Rank < 0 || job.Rank >= job.Size {
+		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, job.Rank, job.Size)
+	}
+	return o, nil
+}
+
+// meet sets this rank up (setup) and exchanges hellos with the others
+// (hello.go). Every rank's own failure goes into its hello, so that all
+// fail together. It then checks that no two ranks use one GPU, and learns
+// whether there is a communicator of every rank (rank 0 made its ID).
+func (o *opening) meet(ctx context.Context) error {
+	lerr := o.setup()
+	o.trace.phase("CUDA and NCCL loaded, GPU set up")
+	all, err := o.cfg.Exchange.AllGather(ctx, encodeHello(o.lo, lerr))
+	o.trace.phase("the unique IDs exchanged")
+	if lerr != nil {
+		return lerr
+	}
+	if err == nil && len(all) != o.size {
+		err = fmt.Errorf("nccl: the exchange returned %d hellos for %d ranks", len(all), o.size)
+	}
+	if err != nil {
+		return fmt.Errorf("nccl: exchanging the NCCL unique IDs: %w", err)
+	}
+	o.hellos = make([]hello, o.size)
+	for k, b := range all {
+		if o.hellos[k], err = decodeHello(k, o.size, b); err != nil {
+			return err
+		}
+	}
+	lo := o.lo
+	for k := range o.hellos {
+		if k != o.rank && o.hellos[k].host == lo.host && o.hellos[k].bus == lo.bus && lo.bus != "" {
+			return fmt.Errorf("nccl: %w: ranks %d and %d would both use the GPU at %s on %s: one GPU per rank (set %s, or run fewer ranks per host)",
+				backend.ErrInvalid, min(k, o.rank), max(k, o.rank), lo.bus, lo.host, DeviceEnv)
+		}
+	}
+	o.world = o.size > 1 && o.hellos[0].ids[0] != [idBytes]byte{}
+	return nil
+}
+
+// setup reads the modes and sets up this rank's side (setupLocal).
+func (o *opening) setup() error {
+	var err error
+	if o.blocking, err = blockingMode(o.cfg.Getenv); err != nil {
+		return err
+	}
+	if o.events, err = eventsMode(o.cfg.Getenv); err != nil {
+		return err
+	}
+	if o.share, err = sharedStreamMode(o.cfg.Getenv); err != nil {
+		return err
+	}
+	o.lo, err = setupLocal(o.cfg)
+	return err
+}
+
+// newEngine makes the device engine, with no stream or communicator yet.
+func (o *opening) newEngine() {
+	o.eng = &device{
+		lib: o.lo.lib, hooks: o.lo.hooks, dev: o.lo.dev,
+		rank:     o.rank,
+		size:     o.size,
+		blocking: o.blocking,
+		timed:    o.trace.on,
+		comms:    make([]uintptr, 2*o.size+1),
+		streams:  make([]*cuda.Stream, 2*o.size+1),
+	}
+}
+
+// makeChannels makes what the channels run on (none with one rank): the
+// streams (makeStreams) and the connection buffers, then the host
+// connection and the NCCL communicators (init.go), while the completion
+// words are set up beside them (startFlags).
+func (o *opening) makeChannels(ctx context.Context) error {
+	if o.size == 1 {
+		return nil
+	}
+	if err := o.makeStreams(); err != nil {
+		return err
+	}
+	var err error
+	if o.eng.warm, err = cuda.Alloc[byte](o.lo.dev, int64(2*o.size)); err != nil {
+		return fmt.Errorf("nccl: allocating the connection buffers: %w", err)
+	}
+	// Joined on the way out, failed or not: before fail, or anything
+	// else, touches the engine's memory.
+	defer o.startFlags()()
+	if o.ctl, err = openControl(ctx, o.cfg); err != nil {
+		return err
+	}
+	o.trace.phase("the host connection open")
+	if err = initComms(ctx, o.eng, o.rank, o.size, o.hellos); err != nil {
+		return err
+	}
+	o.trace.phase("the NCCL communicators made")
+	return nil
+}
+
+// makeStreams makes a CUDA stream for each channel, one for the
+// communicator of every rank, and, unless SharedStreamEnv=0, one per
+// other rank that the two channels of the pair share.
+func (o *opening) makeStreams() error {
+	eng, dev := o.eng, o.lo.dev
+	var err error
+	for p := range o.size {
+		if p == o.rank {
+			continue
+		}
+		for _, ch := range []int{sendChan(p), recvChan(p)} {
+			if eng.streams[ch], err = cuda.NewStream(dev); err != nil {
+				return fmt.Errorf("nccl: creating a stream on %v: %w", dev, err)
+			}
+		}
+	}
+	if o.world {
+		if eng.streams[worldChan(o.size)], err = cuda.NewStream(dev); err != nil {
+			return fmt.Errorf("nccl: creating a stream on %v: %w", dev, err)
+		}
+	}
+	if o.share {
+		// Given to the engine first, so that fail's close destroys
+		// those made if one fails.
+		eng.setShared(make([]*cuda.Stream, o.size))
+		for p := range o.size {
+			if p == o.rank {
+				continue
+			}
+			if eng.shared[p], err = cuda.NewStream(dev); err != nil {
+				return fmt.Errorf("nccl: creating a stream on %v: %w", dev, err)
+			}
+		}
+	}
+	return nil
+}
+
+// startFlags sets up the completion words (device.useFlags) on a
+// goroutine of its own, while the ranks meet and NCCL creates the
+// communicators (page-locked memory takes a while to allocate), unless
+// EventsEnv=1. It returns the wait for that, to be called once, before
+// anything else touches the engine's memory.
+func (o *opening) startFlags() (join func()) {
+	eng := o.eng
+	flagsDone := make(chan error, 1)
+	if o.events {
+		flagsDone <- errors.New(EventsEnv + "=1")
+	} else {
+		next := sendChan((o.rank + 1) % o.size)
+		go func() { flagsDone <- eng.useFlags(len(eng.comms), eng.streams[next]) }()
+	}
+	return func() {
+		if ferr := <-flagsDone; ferr != nil {
+			o.trace.phase("completion by events: " + ferr.Error())
+		} else {
+			o.trace.phase("completion by words in page-locked memory")
+		}
+	}
+}
+
+// fail undoes what Open made before err: the other ranks are told first
+// (an abort may wait for its peer's), then the engine's communicators are
+// aborted and its memory freed (device.close).
+func (o *opening) fail(err error) error {
+	if o.ctl != nil {
+		o.ctl.abort(err)
+		o.ctl.close()
+	}
+	if aerr := o.eng.close(); aerr != nil {
+		err = joinAbort(err, aerr)
+	}
+	return err
+}
+
+// makeConn makes the communicator around the engine and the host
+// connection, and starts its goroutines.
+func (o *opening) makeConn() *conn {
+	var tr *traceStats
+	if o.trace.on {
+		tr = &traceStats{}
+	}
+	return newConn(connOptions{
+		rank: o.rank, size: o.size, dev: int(o.lo.dev), check: o.cfg.Check,
+		eng: o.eng, ctl: o.ctl, trace: tr, world: o.world,
+	})
+}
+
+// connect makes first contact on every channel: in one NCCL group over
+// all of them with blocking communicators (device.connectBlocking), as
+// operations of c with non-blocking ones (conn.connectAll).
+func (o *opening) connect(ctx context.Context, c *conn) error {
+	if o.eng.blocking {
+		return o.eng.connectBlocking(ctx, o.rank, o.size)
+	}
+	base := o.eng.warm.Ptr()
+	return c.connectAll(ctx, func(p int) (send, recv op) {
+		send = op{peer: p, typ: backend.Uint8, count: 1, addr: base}
+		recv = op{peer: p, recv: true, typ: backend.Uint8, count: 1, addr: base + uintptr(1+p)}
+		return send, recv
+	})
 }
 
 // pickDevice chooses this rank's GPU among n (backend.PickDevice).

@@ -98,3 +98,23 @@ func (t *traceStats) report(rank int) {
 			rank, t.toRet/n, t.toPost/n, t.toLaunch/n, t.split)
 	}
 }
+
+// openTrace prints how long Open has taken at each of its phases, when
+// COURIER_NCCL_TRACE is set (on).
+type openTrace struct {
+	on    bool
+	rank  int
+	start time.Time
+}
+
+// newOpenTrace starts Open's trace, as getenv sees COURIER_NCCL_TRACE.
+func newOpenTrace(getenv func(string) string, rank int) openTrace {
+	return openTrace{on: getenv("COURIER_NCCL_TRACE") != "", rank: rank, start: time.Now()}
+}
+
+// phase prints that Open has reached what, and when.
+func (t openTrace) phase(what string) {
+	if t.on {
+		fmt.Fprintf(os.Stderr, "courier nccl trace: rank %d: Open: %s after %v\n", t.rank, what, time.Since(t.start))
+	}
+}
