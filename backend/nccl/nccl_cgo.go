@@ -45,17 +45,13 @@ import (
 	"github.com/courier-mp/courier/cuda"
 )
 
-// Result codes of ncclResult_t the package tells apart (nccl_types.h).
+// Result codes the wrappers add to NCCL's (nccl_wrap.h).
 const (
-	ncclSuccess     = 0
-	ncclRemoteError = 6
-	ncclInProgress  = 7
-
 	resPushFailed = C.COURIER_NCCL_PUSH_FAILED
 	resPopFailed  = C.COURIER_NCCL_POP_FAILED
 )
 
-// The codes the Go side names (above, errors.go and dtype.go) are
+// The codes the Go side names (library.go, errors.go and dtype.go) are
 // nccl_types.h's: if one differs, this does not compile (a constant index
 // out of range).
 var _ = [1]struct{}{}[0|
