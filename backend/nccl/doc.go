@@ -59,3 +59,69 @@
 //     before leaving can still be received).
 //   - WaitOn makes a CUDA stream wait for a request on the GPU.
 package nccl
+
+// The files, one concern each. A message's way: Isend or Irecv (post.go)
+// queues it; a Wait (wait.go), Test or Done issues the queue as one NCCL
+// group per channel (launch.go, then device_launch.go and the C call in
+// nccl_wrap.c); progress.go polls the groups until they are done
+// (device_completion.go); match.go matches checked receives on arrival;
+// failure.go and close.go end what is left.
+//
+// The communicator (conn), above the engine:
+//
+//	doc.go               the package doc and this map
+//	conn.go              the communicator: its type and design, its queues and records of the other ranks, Pending
+//	channel.go           channels: their numbers and names, and the communicator's record of each
+//	post.go              posting: Isend, Irecv, and the library's own messages (negative tags)
+//	wait.go              waiting: a request's wait, spinning and then sleeping
+//	progress.go          progress: the progress goroutine, and polling the groups in flight until they are done
+//	launch.go            launching: the queue built into groups, one per channel, and handed to the engine
+//	match.go             matching in checked mode: receives and announced messages by tag, early messages, Iprobe, verdicts
+//	self.go              messages a rank sends itself, matched and copied in memory
+//	coll.go              Collective: NCCL's collectives on the communicator of every rank
+//	waiton.go            the caller's CUDA streams: WaitOn, IsendOn and IrecvOn
+//	failure.go           failure: a channel failed and aborted, a rank lost, Abort
+//	close.go             Close
+//	connect.go           first contact on every channel, and the background connection of the communicator of every rank
+//	control.go           the host connection (a tcp communicator) and the envelopes it carries
+//	request.go           a request's life: completion, Test, Wait, Done, Release
+//	trace.go             COURIER_NCCL_TRACE: where each group's time goes, and Open's phases
+//	tuning.go            the timing and size constants (docs/nccl-tuning.md says why each has its value)
+//
+// Opening:
+//
+//	driver.go            Driver: registration and Available
+//	env.go               the environment variables that configure the backend, and their readers
+//	open.go              Open, phase by phase, and this rank's own setup
+//	hello.go             the hello each rank contributes to the exchange in Open
+//	init.go              creating the NCCL communicators of the channels
+//
+// The engine, between the communicator and NCCL and CUDA:
+//
+//	engine.go            the engine interface, and the groups and operations it is handed
+//	device.go            the real engine: its type, and its record of a group
+//	device_launch.go     a group launched: host buffers staged, collectives laid out, the NCCL call
+//	device_completion.go a group's end: completion words or events, settle, seal, poll, finish
+//	device_streams.go    the streams: the one a pair of channels shares, and ordering after a caller's stream
+//	device_memory.go     staging memory, temporary memory, events, and their free lists
+//	device_connect.go    first contact with blocking communicators, and connecting the communicator of every rank
+//	device_close.go      a channel's communicator aborted, and the engine closed
+//	dtype.go             courier's element types and reductions as NCCL's
+//	errors.go            NCCL's result codes as Go errors
+//
+// libnccl, and the C layer (only nccl_cgo.go, nccl_nocgo.go and the C files
+// touch C):
+//
+//	library.go           libnccl: what the package needs of it (lib), and loading it once per process
+//	nccl_cgo.go          the Go side of the C calls (cgo)
+//	nccl_nocgo.go        the stand-in without cgo: every call says NCCL cannot be loaded
+//	nccl_wrap.h          the C wrappers' declarations: one C call each, the device's context made current around it
+//	nccl_wrap.c          the C wrappers: libnccl loaded with dlopen, its calls made
+//	nccl_types.h         NCCL's types and codes, written down once, for the wrappers and the fake GPU
+//
+// The tests: nccl_test.go, conformance_test.go and coll_test.go run the
+// communicator over a fake engine (fake_test.go) everywhere; fakegpu_test.go
+// and fakegpu_ext_test.go run the real engine and C layer over a fake CUDA
+// driver and NCCL (testdata/fakegpu.c); gpu_test.go needs GPUs;
+// overhead_test.go, overhead_ext_test.go and share_test.go measure and check
+// the communicator's own costs and the shared stream's rule.

@@ -11,9 +11,10 @@ import (
 // engine is what a communicator needs from NCCL and CUDA: issue a group of
 // sends (or of receives) on one of its channels, tell when the group has
 // reached the channel's stream and when it has finished, and copy memory.
-// The real engine (device.go) drives libnccl and the cuda package; the
-// tests drive the same communicator logic (queueing, grouping, completion,
-// checks, failures) with a fake that models NCCL's matching in software.
+// The real engine (device.go and the device_*.go files) drives libnccl
+// and the cuda package; the tests drive the same communicator logic
+// (queueing, grouping, completion, checks, failures) with a fake that
+// models NCCL's matching in software.
 //
 // A channel is one direction between this rank and another: an NCCL
 // communicator of two ranks, with its own CUDA stream, that carries only
