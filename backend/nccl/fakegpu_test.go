@@ -47,7 +47,9 @@ func TestFakeGPU(t *testing.T) {
 		t.Skip("no C compiler:", err)
 	}
 	lib := filepath.Join(t.TempDir(), "libfakegpu.so")
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", lib, "testdata/fakegpu.c", "-lpthread").CombinedOutput()
+	// -I .: the fake includes nccl_types.h, NCCL's types as the loader
+	// (nccl_wrap.c) sees them.
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", ".", "-o", lib, "testdata/fakegpu.c", "-lpthread").CombinedOutput()
 	if err != nil {
 		t.Fatalf("building the fake: %v\n%s", err, out)
 	}
