@@ -1,30 +1,10 @@
-// Package backend is the contract between package mp, which users import, and
-// the transports that move messages (TCP, NCCL).
-//
-// It plays the role database/sql/driver plays for database/sql: a transport
-// implements Driver and registers itself by name; mp picks a driver by the
-// name in COURIER_BACKEND and talks to it only through the interfaces here.
-// Users never need this package unless they write a transport.
-//
-// The semantics every transport must give are written down in DESIGN terms in
-// mp's package documentation; the ones that shape this contract are:
-//
-//   - Isend and Irecv never block waiting for the peer. A transport may block
-//     briefly (for example while a small frame is written to a socket whose
-//     reader is alive), but never on the matching operation being posted.
-//   - Messages from one sender with the same tag are matched in the order they
-//     were sent (MPI's non-overtaking rule).
-//   - Every request ends: with success, or with an error matching one of the
-//     sentinels below (errors.Is). A lost peer, Close and Abort end every
-//     pending request.
 package backend
 
 import (
 	"context"
+	"os"
 	"time"
 	"unsafe"
-
-	"github.com/courier-mp/courier/bootstrap"
 )
 
 // AnySource and AnyTag are the wildcards a receive may use for its source
@@ -144,23 +124,61 @@ type Conn interface {
 	Close() error
 }
 
-// Config is what a Driver needs to open a communicator.
+// Config is what a Driver needs to open a communicator. Package mp fills
+// it from the bootstrap (package bootstrap finds the job and connects the
+// exchange); a transport reads nothing else of the launch.
 type Config struct {
-	// Job is the launch: rank, size and how to reach the other ranks.
-	Job bootstrap.Job
+	// Job is this process's place in the launch: rank, size, local rank,
+	// the job's key and rank 0's address.
+	Job Job
 	// Exchange is the bootstrap's all-gather, already connected; the driver
 	// uses it to publish its own addresses (or, for NCCL, the unique ID) and
 	// learn the others'. It is closed by the caller after Open returns.
-	Exchange bootstrap.Exchanger
+	Exchange Exchanger
 	// Check asks for envelope checks on every message (COURIER_CHECK=1).
 	Check bool
-	// Timeout bounds the driver's own waits during Open and Close (zero:
-	// the driver's default).
+	// Timeout is the communicator's bound on every wait (COURIER_TIMEOUT or
+	// mp.WithTimeout; zero: none), as package mp decided it. mp applies it
+	// to the waits of messages itself; a driver may use it to bound its own
+	// waits during Open and Close (zero: the driver's default).
 	Timeout time.Duration
 	// Env looks up configuration variables (COURIER_IFACE, …); nil means
 	// the process environment.
 	Env func(string) string
 }
+
+// Job is what a transport knows of the launch: where this process stands
+// among the ranks and how the ranks tell their job from another's.
+type Job struct {
+	// Rank is this process's rank, in [0, Size).
+	Rank int
+	// Size is the number of ranks.
+	Size int
+	// LocalRank is the rank among the processes on this host (it picks
+	// the GPU, see PickDevice); -1 when the launcher does not say.
+	LocalRank int
+	// Key is the secret (or, without one, the identity) every rank of the
+	// job shares: a transport's connections prove it, so that a process of
+	// another job is refused.
+	Key string
+	// Addr is host:port of rank 0's rendezvous. A transport uses it to
+	// choose the interface it listens on (the one that reaches rank 0);
+	// "" when the launch has none.
+	Addr string
+}
+
+// Exchanger is the all-gather a Driver uses during Open, before it has
+// connections of its own, to trade small blobs (addresses, an NCCL
+// unique ID) with the other ranks. Package bootstrap's Exchanger is one.
+type Exchanger interface {
+	// AllGather contributes data (at most 1 MiB) and returns every rank's
+	// contribution, indexed by rank. Every rank must call it the same
+	// number of times.
+	AllGather(ctx context.Context, data []byte) ([][]byte, error)
+}
+
+// getenv reads the process environment.
+var getenv = os.Getenv
 
 // Getenv looks a variable up through c.Env, or the process environment.
 func (c Config) Getenv(name string) string {

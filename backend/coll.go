@@ -44,17 +44,18 @@ func (k CollKind) String() string {
 // Rooted reports whether the collective has a root (Bcast, Reduce).
 func (k CollKind) Rooted() bool { return k == Bcast || k == Reduce }
 
-// Reduces reports whether the collective combines values with an Op.
+// Reduces reports whether the collective combines values with a ReduceOp.
 func (k CollKind) Reduces() bool { return k == Reduce || k == Allreduce || k == ReduceScatter }
 
-// Op is a reduction operator: element by element, over the ranks.
-type Op uint8
+// ReduceOp is a reduction operator (of Reduce, Allreduce and
+// ReduceScatter): it combines the ranks' buffers element by element.
+type ReduceOp uint8
 
 // The reduction operators. Sum and Prod apply to every element type (for
 // integers they wrap around); Min and Max to every type but the complex
 // ones.
 const (
-	Sum Op = iota + 1
+	Sum ReduceOp = iota + 1
 	Prod
 	Min
 	Max
@@ -63,7 +64,7 @@ const (
 var opNames = [...]string{Sum: "sum", Prod: "prod", Min: "min", Max: "max"}
 
 // String is the operator's name ("sum").
-func (o Op) String() string {
+func (o ReduceOp) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
 		return opNames[o]
 	}
@@ -71,10 +72,10 @@ func (o Op) String() string {
 }
 
 // Valid reports whether o is a known operator.
-func (o Op) Valid() bool { return o >= Sum && o <= Max }
+func (o ReduceOp) Valid() bool { return o >= Sum && o <= Max }
 
 // AppliesTo reports whether o is defined on element type t.
-func (o Op) AppliesTo(t DType) bool {
+func (o ReduceOp) AppliesTo(t DType) bool {
 	if !o.Valid() || !t.Valid() {
 		return false
 	}
@@ -90,9 +91,9 @@ func (o Op) AppliesTo(t DType) bool {
 type Coll struct {
 	Kind       CollKind
 	Send, Recv Buffer
-	Op         Op      // for the reducing kinds
-	Root       int     // for Bcast and Reduce
-	Caller     uintptr // program counter of the user's call, 0 if unknown
+	Op         ReduceOp // for the reducing kinds
+	Root       int      // for Bcast and Reduce
+	Caller     uintptr  // program counter of the user's call, 0 if unknown
 }
 
 // Collectives is an optional Conn capability: a transport that runs

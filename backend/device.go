@@ -32,3 +32,65 @@ func PickDevice(cfg Config, n int) (int, error) {
 	}
 	return lr, nil
 }
+
+// The GPU side of the contract: optional capabilities of a transport that
+// moves device memory on the GPU itself (nccl). Package mp finds each by a
+// type assertion and, where a transport lacks one, does without: it picks
+// the GPU itself, waits for a message on the CPU, or synchronizes the
+// stream and sends through the host.
+
+// Stream is a CUDA stream as it crosses the contract. Package backend
+// imports no package of courier but its sentinels' leaf (not cuda either),
+// so the stream is opaque here: package mp passes a *cuda.Stream, which
+// implements Stream. A transport built on package cuda asserts it back
+// (s.(*cuda.Stream)) to queue work on it; one that reaches CUDA or NCCL
+// from C passes Handle to them.
+type Stream interface {
+	// Handle returns the CUstream; 0 for a nil or destroyed stream, which
+	// a transport refuses with ErrInvalid (to CUDA, 0 would mean the
+	// legacy default stream).
+	Handle() uintptr
+}
+
+// DeviceConn is an optional Conn capability: a communicator bound to one
+// GPU says which. Package mp's Comm.Device reports it; without it, mp
+// chooses as PickDevice does.
+type DeviceConn interface {
+	// Device returns the ordinal of the communicator's GPU.
+	Device() int
+}
+
+// StreamWaiter is an optional Request capability: the GPU can wait for
+// the operation, so the CPU need not (mp's Request.WaitOn).
+//
+// WaitOn makes stream s wait, on the GPU, until the operation has
+// completed: work queued on s after the call runs after the message has
+// left the send buffer or arrived in the receive buffer. It blocks the CPU
+// at most until the operation is on the GPU. It does not complete the
+// request: Test or Wait still must, and they report its errors (including
+// those a GPU-side wait cannot see). It returns the operation's error at
+// once if the operation has already failed, and nil if it has already
+// succeeded. For an operation the GPU cannot wait for (a receive into host
+// memory, a message a rank sends itself), it returns an error matching
+// ErrNotSupported, and package mp waits on the CPU instead.
+type StreamWaiter interface {
+	WaitOn(s Stream) error
+}
+
+// StreamConn is an optional Conn capability: messages ordered on the
+// caller's stream, as if the transfer were a kernel queued on it (mp's
+// IsendOnStream and IrecvOnStream).
+//
+// IsendOn and IrecvOn post a send or a receive that starts, on the GPU,
+// after the work queued on s before the call; the work queued on s after
+// the call starts once the send buffer may be reused or the message is in
+// the receive buffer. The CPU does not wait for the transfer. The request
+// still reports completion and errors through Test and Wait. Package mp
+// calls them with device buffers, a named peer and a tag (no wildcards),
+// and a live stream; a buffer or stream the transport cannot order on s
+// is an error matching ErrInvalid. Without this capability, mp
+// synchronizes s and sends or receives through Isend or Irecv.
+type StreamConn interface {
+	IsendOn(buf Buffer, dest, tag int, caller uintptr, s Stream) (Request, error)
+	IrecvOn(buf Buffer, source, tag int, caller uintptr, s Stream) (Request, error)
+}

@@ -8,8 +8,8 @@
 // The driver library (libcuda.so.1, or the path in COURIER_CUDA_LIBRARY)
 // is loaded at run time, on first use, once per process. Programs that use
 // this package therefore build, link and run on machines without a GPU or
-// CUDA: there every function returns an error matching
-// backend.ErrNotSupported (mp.ErrNotSupported) that says why, for example
+// CUDA: there every function returns an error matching [ErrNotSupported]
+// (the same value as mp.ErrNotSupported) that says why, for example
 //
 //	cuda: not supported: libcuda.so.1: cannot open shared object file: No such file or directory
 //
@@ -17,7 +17,7 @@
 // Errors the driver itself returns are [*Error]s, named by the driver.
 // Arguments that are wrong (lengths that differ, a nil stream, bounds out
 // of range) are reported before any driver call, as errors matching
-// backend.ErrInvalid. The package never panics or logs.
+// [ErrInvalid]. The package never panics or logs.
 //
 // # Contexts and threads
 //
@@ -47,8 +47,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-
-	"github.com/courier-mp/courier/backend"
 )
 
 const (
@@ -126,7 +124,7 @@ func getLib() (*lib, error) {
 		})
 		s = current.Load()
 		if s == nil {
-			return nil, fmt.Errorf("cuda: %w: no driver loaded", backend.ErrNotSupported)
+			return nil, fmt.Errorf("cuda: %w: no driver loaded", ErrNotSupported)
 		}
 	}
 	return s.l, s.err
@@ -182,7 +180,7 @@ func ctxFor(d Device, op string) (*lib, uintptr, error) {
 // function of the package calls it implicitly, so calling Init is needed
 // only to find out early whether CUDA works here.
 //
-// The error matches backend.ErrNotSupported when the library is absent or
+// The error matches ErrNotSupported when the library is absent or
 // unusable (the loader's reason is in the message), when there is no
 // device, and when the package was built without cgo. Other driver
 // failures are an [*Error].
@@ -214,7 +212,7 @@ func DeviceCount() (int, error) {
 // Symbol returns the address of an entry point of the loaded driver
 // library, for C code in other packages that must call the driver inside
 // its own C call (backend/nccl makes a context current in the same call
-// that issues an NCCL group). The error matches backend.ErrNotSupported
+// that issues an NCCL group). The error matches ErrNotSupported
 // when the library has no such symbol.
 func Symbol(name string) (uintptr, error) {
 	l, err := getLib()
@@ -223,13 +221,13 @@ func Symbol(name string) (uintptr, error) {
 	}
 	p := l.drv.symbol(name)
 	if p == 0 {
-		return 0, fmt.Errorf("cuda: %w: the driver has no symbol %s", backend.ErrNotSupported, name)
+		return 0, fmt.Errorf("cuda: %w: the driver has no symbol %s", ErrNotSupported, name)
 	}
 	return p, nil
 }
 
 // Device is a CUDA device ordinal: 0 to DeviceCount()-1. Methods on a
-// device out of that range return an error matching backend.ErrInvalid.
+// device out of that range return an error matching ErrInvalid.
 type Device int
 
 // String returns "cuda:N".

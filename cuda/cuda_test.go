@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/courier-mp/courier/backend"
 )
 
 // Three kinds of tests live here:
@@ -65,7 +63,7 @@ func requireGPUs(t *testing.T, n int) {
 		}
 	}
 	have, err := DeviceCount()
-	if err != nil && !errors.Is(err, backend.ErrNotSupported) {
+	if err != nil && !errors.Is(err, ErrNotSupported) {
 		t.Fatalf("CUDA is present but fails: %v", err)
 	}
 	if err == nil && have >= n {
@@ -143,7 +141,7 @@ func TestLoadMissingLibrary(t *testing.T) {
 	if d != nil {
 		t.Fatal("load returned a driver for a missing file")
 	}
-	wantIs(t, err, backend.ErrNotSupported)
+	wantIs(t, err, ErrNotSupported)
 	if !strings.Contains(err.Error(), path) {
 		t.Fatalf("error %q does not name %s", err, path)
 	}
@@ -153,7 +151,7 @@ func TestLoadNotALibrary(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "libcuda.so.1")
 	noErr(t, os.WriteFile(path, []byte("not an ELF file\n"), 0o644))
 	_, err := load(path)
-	wantIs(t, err, backend.ErrNotSupported)
+	wantIs(t, err, ErrNotSupported)
 	if !strings.Contains(err.Error(), path) {
 		t.Fatalf("error %q does not name %s", err, path)
 	}
@@ -182,7 +180,7 @@ func TestInitEnvChild(t *testing.T) {
 	}
 	path := os.Getenv(LibraryEnv)
 	err := Init()
-	wantIs(t, err, backend.ErrNotSupported)
+	wantIs(t, err, ErrNotSupported)
 	if !strings.Contains(err.Error(), path) {
 		t.Fatalf("Init: %q does not name %s", err, path)
 	}
@@ -190,11 +188,11 @@ func TestInitEnvChild(t *testing.T) {
 		t.Fatalf("Init is not cached: %v, then %v", err, err2)
 	}
 	_, err = DeviceCount()
-	wantIs(t, err, backend.ErrNotSupported)
+	wantIs(t, err, ErrNotSupported)
 	_, err = Alloc[float32](0, 16)
-	wantIs(t, err, backend.ErrNotSupported)
+	wantIs(t, err, ErrNotSupported)
 	_, err = NewStream(0)
-	wantIs(t, err, backend.ErrNotSupported)
+	wantIs(t, err, ErrNotSupported)
 }
 
 // brokenDriver puts a missing driver in place for t.
@@ -257,7 +255,7 @@ func TestNoDriver(t *testing.T) {
 	add(fake.Free())
 	add(Pinned[float32]{s: host}.Free())
 	for i, err := range errs {
-		if !errors.Is(err, backend.ErrNotSupported) {
+		if !errors.Is(err, ErrNotSupported) {
 			t.Errorf("call %d: %v, want ErrNotSupported", i, err)
 		}
 	}
@@ -323,7 +321,7 @@ func TestArgumentValidation(t *testing.T) {
 	check("Launch bad arg", f.Launch([3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, nil, s4, 3))
 	check("Launch nil function", f.Launch([3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, nil, s4))
 	for name, err := range invalid {
-		if !errors.Is(err, backend.ErrInvalid) {
+		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
@@ -379,13 +377,13 @@ func TestLaunchArgs(t *testing.T) {
 		{int16(1), "argument 1 has type int16"},
 	} {
 		_, err := marshalArgs("test", []any{uintptr(0), bad.arg})
-		wantIs(t, err, backend.ErrInvalid)
+		wantIs(t, err, ErrInvalid)
 		if !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%T: %q does not say %q", bad.arg, err, bad.want)
 		}
 	}
 	_, err = marshalArgs("test", make([]any, maxLaunchArgs+1))
-	wantIs(t, err, backend.ErrInvalid)
+	wantIs(t, err, ErrInvalid)
 }
 
 func TestSub(t *testing.T) {
@@ -453,7 +451,7 @@ func TestErrorType(t *testing.T) {
 		t.Errorf("Error() = %q", e.Error())
 	}
 	var err error = fmt.Errorf("wrapped: %w", &Error{Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY", Msg: "out of memory", Op: "cuMemAlloc"})
-	if errors.Is(err, backend.ErrNotSupported) {
+	if errors.Is(err, ErrNotSupported) {
 		t.Error("out of memory matches ErrNotSupported")
 	}
 	var ce *Error
@@ -464,7 +462,7 @@ func TestErrorType(t *testing.T) {
 		t.Errorf("Error() = %q", got)
 	}
 	for _, code := range []int{34, 35, 100, 801, 803, 804} {
-		if !errors.Is(&Error{Code: code}, backend.ErrNotSupported) {
+		if !errors.Is(&Error{Code: code}, ErrNotSupported) {
 			t.Errorf("code %d does not match ErrNotSupported", code)
 		}
 	}
@@ -508,14 +506,14 @@ func TestDevices(t *testing.T) {
 			noErr(t, d.Synchronize())
 		}
 		_, err = Device(n).Name()
-		wantIs(t, err, backend.ErrInvalid)
+		wantIs(t, err, ErrInvalid)
 		_, err = Alloc[float32](Device(-1), 1)
-		wantIs(t, err, backend.ErrInvalid)
+		wantIs(t, err, ErrInvalid)
 		if p, err := Symbol("cuInit"); err != nil || p == 0 {
 			t.Errorf("Symbol(cuInit) = %#x, %v", p, err)
 		}
 		_, err = Symbol("cuNoSuchFunction")
-		wantIs(t, err, backend.ErrNotSupported)
+		wantIs(t, err, ErrNotSupported)
 	})
 }
 
@@ -592,7 +590,7 @@ func TestSubSlices(t *testing.T) {
 			}
 		}
 		// A sub-slice cannot free the allocation; the end of it is empty.
-		wantIs(t, sub.Free(), backend.ErrInvalid)
+		wantIs(t, sub.Free(), ErrInvalid)
 		end, err := s.Sub(100, 100)
 		noErr(t, err)
 		noErr(t, CopyToDevice(end, nil))
@@ -600,7 +598,7 @@ func TestSubSlices(t *testing.T) {
 		double, err := Alloc[int32](0, 4)
 		noErr(t, err)
 		noErr(t, double.Free())
-		wantIs(t, double.Free(), backend.ErrInvalid)
+		wantIs(t, double.Free(), ErrInvalid)
 	})
 }
 
@@ -674,7 +672,7 @@ func copyDevice(t *testing.T, from, to Device) {
 	if !slices.Equal(got, data) {
 		t.Fatalf("CopyDevice %v → %v: data differs", from, to)
 	}
-	wantIs(t, CopyDevice(dst, head(t, src, n-1)), backend.ErrInvalid)
+	wantIs(t, CopyDevice(dst, head(t, src, n-1)), ErrInvalid)
 
 	for _, on := range []Device{from, to} {
 		s, err := NewStream(on)
@@ -751,7 +749,7 @@ func TestAsyncPinned(t *testing.T) {
 		twice, err := HostAlloc[byte](3)
 		noErr(t, err)
 		noErr(t, twice.Free())
-		wantIs(t, twice.Free(), backend.ErrInvalid)
+		wantIs(t, twice.Free(), ErrInvalid)
 	})
 }
 
@@ -874,11 +872,11 @@ func TestEvents(t *testing.T) {
 		}
 
 		_, err = Elapsed(start, fired)
-		wantIs(t, err, backend.ErrInvalid)
+		wantIs(t, err, ErrInvalid)
 		noErr(t, fired.Destroy())
 		noErr(t, fired.Destroy())
-		wantIs(t, fired.Record(s1), backend.ErrInvalid)
-		wantIs(t, s1.WaitEvent(fired), backend.ErrInvalid)
+		wantIs(t, fired.Record(s1), ErrInvalid)
+		wantIs(t, s1.WaitEvent(fired), ErrInvalid)
 		if fired.Handle() != 0 {
 			t.Error("destroyed event has a handle")
 		}
@@ -887,8 +885,8 @@ func TestEvents(t *testing.T) {
 		noErr(t, err)
 		noErr(t, s3.Destroy())
 		noErr(t, s3.Destroy())
-		wantIs(t, s3.Synchronize(), backend.ErrInvalid)
-		wantIs(t, start.Record(s3), backend.ErrInvalid)
+		wantIs(t, s3.Synchronize(), ErrInvalid)
+		wantIs(t, start.Record(s3), ErrInvalid)
 	})
 }
 
@@ -961,11 +959,11 @@ func TestStreamMemOps(t *testing.T) {
 		}
 
 		// Bad addresses.
-		wantIs(t, s.WriteValue64(0, 1), backend.ErrInvalid)
-		wantIs(t, s.WriteValue64(base+4, 1), backend.ErrInvalid)
-		wantIs(t, s.WaitValue64(base+1, 1), backend.ErrInvalid)
+		wantIs(t, s.WriteValue64(0, 1), ErrInvalid)
+		wantIs(t, s.WriteValue64(base+4, 1), ErrInvalid)
+		wantIs(t, s.WaitValue64(base+1, 1), ErrInvalid)
 		var nilStream *Stream
-		wantIs(t, nilStream.WriteValue64(base, 1), backend.ErrInvalid)
+		wantIs(t, nilStream.WriteValue64(base, 1), ErrInvalid)
 	})
 }
 
@@ -989,8 +987,8 @@ func TestFakeNoMemOps(t *testing.T) {
 	defer func() { noErr(t, w.Free()) }()
 	p, err := w.DevicePtr()
 	noErr(t, err)
-	wantIs(t, s.WriteValue64(p, 1), backend.ErrNotSupported)
-	wantIs(t, s.WaitValue64(p, 1), backend.ErrNotSupported)
+	wantIs(t, s.WriteValue64(p, 1), ErrNotSupported)
+	wantIs(t, s.WaitValue64(p, 1), ErrNotSupported)
 	noErr(t, s.Synchronize())
 }
 
@@ -1005,14 +1003,14 @@ func TestEventsAcrossDevices(t *testing.T) {
 		e0, err := NewEventNoTiming(0)
 		noErr(t, err)
 		defer func() { noErr(t, e0.Destroy()) }()
-		wantIs(t, e0.Record(s1), backend.ErrInvalid) // an event records on its own device
+		wantIs(t, e0.Record(s1), ErrInvalid) // an event records on its own device
 		noErr(t, e0.Record(s0))
 		noErr(t, s1.WaitEvent(e0)) // a stream may wait for another device's event
 		noErr(t, s1.Synchronize())
 		d1, err := Alloc[int32](1, 8)
 		noErr(t, err)
 		defer func() { noErr(t, d1.Free()) }()
-		wantIs(t, CopyToDeviceAsync(d1, make([]int32, 8), s0), backend.ErrInvalid)
+		wantIs(t, CopyToDeviceAsync(d1, make([]int32, 8), s0), ErrInvalid)
 	})
 }
 
@@ -1156,16 +1154,16 @@ func TestKernel(t *testing.T) {
 
 		// Bad arguments are refused before the launch.
 		err = add.Launch(grid, [3]uint32{256, 1, 1}, 0, s, d, true, uint64(n))
-		wantIs(t, err, backend.ErrInvalid)
+		wantIs(t, err, ErrInvalid)
 		if !strings.Contains(err.Error(), "argument 1 has type bool") {
 			t.Errorf("wrong-type error %q", err)
 		}
 		err = add.Launch(grid, [3]uint32{256, 1, 1}, 0, s, d, float32(1), n)
-		wantIs(t, err, backend.ErrInvalid)
+		wantIs(t, err, ErrInvalid)
 		if !strings.Contains(err.Error(), "argument 2 has type int") {
 			t.Errorf("wrong-type error %q", err)
 		}
-		wantIs(t, add.Launch(grid, [3]uint32{256, 1, 1}, 0, nil, d, float32(1), uint64(n)), backend.ErrInvalid)
+		wantIs(t, add.Launch(grid, [3]uint32{256, 1, 1}, 0, nil, d, float32(1), uint64(n)), ErrInvalid)
 
 		_, err = m.Function("no_such_kernel")
 		var ce *Error
@@ -1174,9 +1172,9 @@ func TestKernel(t *testing.T) {
 		}
 		noErr(t, m.Unload())
 		noErr(t, m.Unload())
-		wantIs(t, add.Launch(grid, [3]uint32{256, 1, 1}, 0, s, d, float32(1), uint64(n)), backend.ErrInvalid)
+		wantIs(t, add.Launch(grid, [3]uint32{256, 1, 1}, 0, s, d, float32(1), uint64(n)), ErrInvalid)
 		_, err = m.Function("add_scalar")
-		wantIs(t, err, backend.ErrInvalid)
+		wantIs(t, err, ErrInvalid)
 	})
 }
 
@@ -1194,7 +1192,7 @@ func TestKernelOtherDevice(t *testing.T) {
 		s0, err := NewStream(0)
 		noErr(t, err)
 		defer func() { noErr(t, s0.Destroy()) }()
-		wantIs(t, add.Launch([3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, s0, d, float32(1), uint64(3)), backend.ErrInvalid)
+		wantIs(t, add.Launch([3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, s0, d, float32(1), uint64(3)), ErrInvalid)
 		s1, err := NewStream(1)
 		noErr(t, err)
 		defer func() { noErr(t, s1.Destroy()) }()
@@ -1268,7 +1266,7 @@ func TestConcurrentUse(t *testing.T) {
 func TestFakeInitNoDevice(t *testing.T) {
 	path := buildFake(t, "-DFAKE_INIT_RESULT=100")
 	_, err := load(path)
-	wantIs(t, err, backend.ErrNotSupported)
+	wantIs(t, err, ErrNotSupported)
 	var ce *Error
 	if !errors.As(err, &ce) || ce.Op != "cuInit" || ce.Name != "CUDA_ERROR_NO_DEVICE" {
 		t.Fatalf("load: %v", err)
@@ -1278,7 +1276,7 @@ func TestFakeInitNoDevice(t *testing.T) {
 func TestFakeMissingSymbol(t *testing.T) {
 	path := buildFake(t, "-DFAKE_OMIT_LAUNCH")
 	_, err := load(path)
-	wantIs(t, err, backend.ErrNotSupported)
+	wantIs(t, err, ErrNotSupported)
 	if !strings.Contains(err.Error(), "missing symbol cuLaunchKernel") || !strings.Contains(err.Error(), path) {
 		t.Fatalf("load: %v", err)
 	}

@@ -463,8 +463,6 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
-
-	"github.com/courier-mp/courier/backend"
 )
 
 // maxLaunchArgs is the most kernel arguments Launch passes.
@@ -478,7 +476,7 @@ type driver struct {
 
 // load opens the driver library at path, looks up every entry point and
 // calls cuInit(0). It does not touch the package's cached driver, so tests
-// can load any path. Errors match backend.ErrNotSupported when the library
+// can load any path. Errors match ErrNotSupported when the library
 // cannot be loaded or lacks an entry point (the loader's reason is in the
 // message), and are an *Error from cuInit otherwise (one that matches
 // ErrNotSupported when the reason is that there is no usable device).
@@ -489,7 +487,7 @@ func load(path string) (*driver, error) {
 	var code C.int
 	c := C.courier_cuda_open(cpath, &errbuf[0], C.size_t(len(errbuf)), &code)
 	if c == nil {
-		return nil, fmt.Errorf("cuda: %w: %s", backend.ErrNotSupported, C.GoString(&errbuf[0]))
+		return nil, fmt.Errorf("cuda: %w: %s", ErrNotSupported, C.GoString(&errbuf[0]))
 	}
 	d := &driver{c: c, path: path}
 	if code != 0 {

@@ -4,8 +4,6 @@ package cuda
 
 import (
 	"fmt"
-
-	"github.com/courier-mp/courier/backend"
 )
 
 // Without cgo the driver cannot be loaded: load reports why, and so every
@@ -18,11 +16,11 @@ const maxLaunchArgs = 256
 type driver struct{}
 
 func errNoCgo() error {
-	return fmt.Errorf("cuda: %w: courier was built without cgo", backend.ErrNotSupported)
+	return fmt.Errorf("cuda: %w: courier was built without cgo", ErrNotSupported)
 }
 
 func load(path string) (*driver, error) {
-	return nil, fmt.Errorf("cuda: %w: courier was built without cgo (cannot load %s)", backend.ErrNotSupported, path)
+	return nil, fmt.Errorf("cuda: %w: courier was built without cgo (cannot load %s)", ErrNotSupported, path)
 }
 
 func (d *driver) close()                     {}

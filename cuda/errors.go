@@ -4,7 +4,21 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/errs"
+)
+
+// The sentinel errors of the package, matched with errors.Is. They are the
+// same values as package mp's and package backend's (cuda.ErrNotSupported
+// == mp.ErrNotSupported), so a program that uses both matches either name.
+var (
+	// ErrNotSupported: CUDA cannot work here: no driver library, no device,
+	// a driver too old, a feature the device lacks, or a build without cgo.
+	// The wrapped error says why.
+	ErrNotSupported = errs.ErrNotSupported
+	// ErrInvalid: an argument is wrong (lengths that differ, a nil or
+	// destroyed stream, event or slice, bounds out of range), found before
+	// any driver call.
+	ErrInvalid = errs.ErrInvalid
 )
 
 // Error is a CUDA driver error: the result code a driver function
@@ -12,7 +26,7 @@ import (
 //
 // An Error whose code means that CUDA cannot work on this machine at all
 // (no device, a driver too old for the library, the stub library, a
-// feature the device lacks) matches backend.ErrNotSupported with
+// feature the device lacks) matches ErrNotSupported with
 // errors.Is. Others match nothing but themselves: compare Code, or Name,
 // after errors.As.
 type Error struct {
@@ -35,10 +49,10 @@ func (e *Error) Error() string {
 	return s
 }
 
-// Is reports whether e matches target: backend.ErrNotSupported for the
+// Is reports whether e matches target: ErrNotSupported for the
 // codes that say CUDA cannot run here.
 func (e *Error) Is(target error) bool {
-	if target != backend.ErrNotSupported {
+	if target != ErrNotSupported {
 		return false
 	}
 	switch e.Code {
@@ -73,7 +87,7 @@ const (
 )
 
 // errInvalid is an argument error, found before any driver call; it
-// matches backend.ErrInvalid.
+// matches ErrInvalid.
 func errInvalid(op, format string, args ...any) error {
-	return fmt.Errorf("cuda: %s: %s: %w", op, fmt.Sprintf(format, args...), backend.ErrInvalid)
+	return fmt.Errorf("cuda: %s: %s: %w", op, fmt.Sprintf(format, args...), ErrInvalid)
 }

@@ -76,7 +76,7 @@ func Alloc[T Elem](d Device, n int64) (Slice[T], error) {
 // the stream); the call itself may block the CPU until the device is idle.
 // Freeing an empty Slice does nothing. Freeing anything but a whole
 // allocation (a sub-slice), or one twice, is an error matching
-// backend.ErrInvalid: the package keeps a table of live allocations.
+// ErrInvalid: the package keeps a table of live allocations.
 func (s Slice[T]) Free() error {
 	const op = "Slice.Free"
 	if s.ptr == 0 && s.n == 0 {
@@ -109,7 +109,7 @@ func (s Slice[T]) Device() Device { return s.dev }
 
 // Sub returns the elements [from, to) of s as a Slice sharing its memory,
 // like s[from:to] on a Go slice. Bounds outside 0 <= from <= to <= Len()
-// are an error matching backend.ErrInvalid. A sub-slice must not be
+// are an error matching ErrInvalid. A sub-slice must not be
 // freed; free the Slice that Alloc returned.
 func (s Slice[T]) Sub(from, to int64) (Slice[T], error) {
 	if from < 0 || to < from || to > s.n {
@@ -386,7 +386,7 @@ func (p Pinned[T]) DevicePtr() (uintptr, error) {
 
 // Free releases the memory (cuMemFreeHost). No copy may still be using it:
 // synchronize the streams that do first. Freeing an empty Pinned does
-// nothing; freeing one twice is an error matching backend.ErrInvalid.
+// nothing; freeing one twice is an error matching ErrInvalid.
 func (p Pinned[T]) Free() error {
 	const op = "Pinned.Free"
 	if len(p.s) == 0 {

@@ -16,7 +16,7 @@ import (
 //
 // The methods are safe for concurrent use. A nil or destroyed Stream makes
 // every method that would use it return an error matching
-// backend.ErrInvalid.
+// ErrInvalid.
 type Stream struct {
 	l   *lib
 	dev Device
@@ -105,7 +105,7 @@ func (s *Stream) Query() (done bool, err error) {
 // in memory instead of asking the driver. addr is a device address, 8-byte
 // aligned: device memory of s's device, or page-locked host memory
 // ([Pinned.DevicePtr]). Where the driver or the device has no stream
-// memory operations, the error matches backend.ErrNotSupported.
+// memory operations, the error matches ErrNotSupported.
 func (s *Stream) WriteValue64(addr uintptr, v uint64) error {
 	h, err := s.useWord("Stream.WriteValue64", addr)
 	if err != nil {
@@ -175,7 +175,7 @@ func (s *Stream) Destroy() error {
 //
 // The methods are safe for concurrent use. A nil or destroyed Event makes
 // every method that would use it return an error matching
-// backend.ErrInvalid.
+// ErrInvalid.
 type Event struct {
 	l      *lib
 	dev    Device

@@ -12,7 +12,7 @@ import (
 
 // Op is a reduction operator of Reduce, Allreduce and ReduceScatter:
 // applied element by element over the ranks' buffers.
-type Op = backend.Op
+type Op = backend.ReduceOp
 
 // The reduction operators. Sum and Prod apply to every element type
 // (integers wrap around); Min and Max to every type but complex64 and
@@ -256,7 +256,7 @@ func (c *Comm) agree(co backend.Coll) error {
 	say := func(d []int64) string {
 		s := fmt.Sprintf("%v of %d × %v", backend.CollKind(d[0]), d[4], backend.DType(d[3]))
 		if d[1] != 0 {
-			s += " with " + backend.Op(d[1]).String()
+			s += " with " + backend.ReduceOp(d[1]).String()
 		}
 		if d[2] >= 0 {
 			s += fmt.Sprintf(" (root %d)", d[2])

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,11 +31,6 @@ const MaxTag = backend.MaxTag
 // Source is the sender's own rank and Count the number of elements sent.
 type Status = backend.Status
 
-// DefaultInitTimeout bounds Init when neither its context nor
-// COURIER_TIMEOUT gives a deadline: a rank that never arrives makes Init
-// fail instead of hanging.
-const DefaultInitTimeout = 2 * time.Minute
-
 // Comm is a communicator: this process's endpoint among Size ranks.
 //
 // A Comm is safe for concurrent use by several goroutines. Messages sent
@@ -48,7 +42,7 @@ type Comm struct {
 	backendName string
 	timeout     time.Duration
 	check       bool
-	job         bootstrap.Job
+	job         backend.Job
 	env         func(string) string
 
 	// collMu lets one collective (or Barrier) of this rank run at a
@@ -131,21 +125,15 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if _, hasDeadline := ctx.Deadline(); !hasDeadline {
-		bound := cfg.timeout
-		if bound <= 0 {
-			bound = DefaultInitTimeout
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, bound)
-		defer cancel()
-	}
+	ctx, cancel := initContext(ctx, cfg.timeout)
+	defer cancel()
 	exch, err := bootstrap.Connect(ctx, job)
 	if err != nil {
 		return fail(err)
 	}
+	bjob := backendJob(job)
 	conn, err := drv.Open(ctx, backend.Config{
-		Job:      job,
+		Job:      bjob,
 		Exchange: exch,
 		Check:    *cfg.check,
 		Timeout:  cfg.timeout,
@@ -162,10 +150,23 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		backendName: name,
 		timeout:     cfg.timeout,
 		check:       *cfg.check,
-		job:         job,
+		job:         bjob,
 		env:         cfg.env,
 	}, nil
 }
+
+// backendJob is what the transports read of the launch: rank 0's address
+// is the listener's when the launcher handed one down.
+func backendJob(job bootstrap.Job) backend.Job {
+	addr := job.Addr
+	if job.Listener != nil {
+		addr = job.Listener.Addr().String()
+	}
+	return backend.Job{Rank: job.Rank, Size: job.Size, LocalRank: job.LocalRank, Key: job.Key, Addr: addr}
+}
+
+// bootstrap's Exchanger is what a Driver's Open takes.
+var _ backend.Exchanger = bootstrap.Exchanger(nil)
 
 // fromEnv fills what the options left unset from COURIER_* variables.
 func (c *config) fromEnv() error {
@@ -173,13 +174,11 @@ func (c *config) fromEnv() error {
 		c.backend = strings.TrimSpace(c.env("COURIER_BACKEND"))
 	}
 	if !c.timeoutSet {
-		if s := strings.TrimSpace(c.env("COURIER_TIMEOUT")); s != "" {
-			d, err := parseTimeout(s)
-			if err != nil {
-				return err
-			}
-			c.timeout = d
+		d, err := timeoutFromEnv(c.env)
+		if err != nil {
+			return err
 		}
+		c.timeout = d
 	}
 	if c.check == nil {
 		on := false
@@ -193,17 +192,6 @@ func (c *config) fromEnv() error {
 		c.check = &on
 	}
 	return nil
-}
-
-// parseTimeout reads a duration ("30s", "2m") or a number of seconds.
-func parseTimeout(s string) (time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return d, nil
-	}
-	if secs, err := strconv.ParseFloat(s, 64); err == nil && secs >= 0 {
-		return time.Duration(secs * float64(time.Second)), nil
-	}
-	return 0, invalidf("COURIER_TIMEOUT=%q: want a duration such as 30s", s)
 }
 
 // autoOrder is the order in which "auto" tries the backends: the GPUs

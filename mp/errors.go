@@ -1,10 +1,11 @@
 package mp
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
-	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/errs"
 )
 
 // The sentinel errors. Every error the message calls return wraps one of
@@ -12,32 +13,33 @@ import (
 //
 //	if errors.Is(err, mp.ErrPeerLost) { … }
 //
-// They are the same values as the backend package's, whichever transport
+// They are the same values as package backend's and package cuda's (all
+// three re-export courier's internal/errs), whichever transport or layer
 // produced the error.
 var (
 	// ErrNotSupported: the backend or operation cannot work here; the
 	// wrapped error says why (a missing library, a wildcard NCCL cannot
 	// match, no GPU).
-	ErrNotSupported = backend.ErrNotSupported
+	ErrNotSupported = errs.ErrNotSupported
 	// ErrTruncate: the message is larger than the receive buffer.
-	ErrTruncate = backend.ErrTruncate
+	ErrTruncate = errs.ErrTruncate
 	// ErrMismatch: sender and receiver disagree on element type, count or
 	// tag; the error names both ranks.
-	ErrMismatch = backend.ErrMismatch
+	ErrMismatch = errs.ErrMismatch
 	// ErrClosed: the communicator was closed.
-	ErrClosed = backend.ErrClosed
+	ErrClosed = errs.ErrClosed
 	// ErrTimeout: a wait lasted longer than the communicator's timeout
 	// (COURIER_TIMEOUT). The communicator is aborted; the error lists the
 	// operations that were pending on this rank.
-	ErrTimeout = backend.ErrTimeout
+	ErrTimeout = errs.ErrTimeout
 	// ErrPeerLost: the peer's process or connection went away.
-	ErrPeerLost = backend.ErrPeerLost
+	ErrPeerLost = errs.ErrPeerLost
 	// ErrAborted: the communicator was aborted with Comm.Abort; the error
 	// given to Abort is wrapped too.
-	ErrAborted = backend.ErrAborted
+	ErrAborted = errs.ErrAborted
 	// ErrInvalid: an argument is out of range: a rank outside the
 	// communicator, a negative tag, a nil communicator.
-	ErrInvalid = backend.ErrInvalid
+	ErrInvalid = errs.ErrInvalid
 )
 
 // OpError is the error of a message call: which operation, on which rank,
@@ -52,6 +54,8 @@ type OpError struct {
 	Err     error
 }
 
+// Error returns "courier: Op (Backend) on rank Rank with rank Peer, tag
+// Tag: Err", leaving out what is unknown.
 func (e *OpError) Error() string {
 	s := "courier: " + e.Op
 	if e.Backend != "" {
@@ -79,6 +83,12 @@ func (e *OpError) Error() string {
 
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
+
+// Timeout reports whether the operation ended because a wait passed the
+// communicator's timeout: whether Err matches ErrTimeout. With it an
+// *OpError satisfies the interface{ Timeout() bool } that net.Error and
+// os.IsTimeout-style checks use.
+func (e *OpError) Timeout() bool { return e != nil && errors.Is(e.Err, ErrTimeout) }
 
 func (c *Comm) opErr(op string, peer, tag int, err error) error {
 	if err == nil {

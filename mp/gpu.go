@@ -13,21 +13,8 @@ import (
 // uses, a CUDA stream that waits for a message on the GPU, and messages
 // ordered on a stream.
 
-// deviceConn is implemented by transports bound to one GPU (nccl).
-type deviceConn interface{ Device() int }
-
-// streamWaiter is implemented by requests that can make a stream wait for
-// them on the GPU (nccl).
-type streamWaiter interface {
-	WaitOn(s *cuda.Stream) error
-}
-
-// streamConn is implemented by transports that can order a message on a
-// caller's stream (nccl).
-type streamConn interface {
-	IsendOn(buf backend.Buffer, dest, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error)
-	IrecvOn(buf backend.Buffer, source, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error)
-}
+// The transports' GPU capabilities are backend's: DeviceConn,
+// StreamWaiter and StreamConn (a *cuda.Stream is a backend.Stream).
 
 // Device returns the GPU this rank uses: on the nccl backend, the one its
 // communicator is on; otherwise the one the nccl backend would choose
@@ -38,7 +25,7 @@ func (c *Comm) Device() (cuda.Device, error) {
 	if c == nil {
 		return 0, invalidf("nil *Comm")
 	}
-	if d, ok := c.conn.(deviceConn); ok {
+	if d, ok := c.conn.(backend.DeviceConn); ok {
 		return cuda.Device(d.Device()), nil
 	}
 	n, err := cuda.DeviceCount()
@@ -81,7 +68,7 @@ func (q *Request) WaitOn(s *cuda.Stream) error {
 		q.mu.Unlock()
 		return err
 	}
-	if w, ok := r.(streamWaiter); ok {
+	if w, ok := r.(backend.StreamWaiter); ok {
 		err := w.WaitOn(s)
 		q.settle(false, Status{}, nil)
 		if err == nil || !errors.Is(err, ErrNotSupported) {
@@ -138,7 +125,7 @@ func (c *Comm) onStream(op opKind, b backend.Buffer, peer, tag int, s *cuda.Stre
 	if s == nil || s.Handle() == 0 {
 		return c.request(op, peer, tag, nil, invalidf("nil or destroyed stream"))
 	}
-	if sc, ok := c.conn.(streamConn); ok {
+	if sc, ok := c.conn.(backend.StreamConn); ok {
 		var r backend.Request
 		var err error
 		if op == opRecv {

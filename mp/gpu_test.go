@@ -1,9 +1,12 @@
 package mp_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/backend/tcp"
 	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
@@ -59,4 +62,35 @@ func TestDeviceWithoutGPU(t *testing.T) {
 			t.Errorf("Device: %v, want ErrNotSupported", err)
 		}
 	})
+}
+
+// boundDriver opens tcp communicators that say they are bound to GPU 5:
+// a transport with backend.DeviceConn.
+type boundDriver struct{}
+
+type boundConn struct{ backend.Conn }
+
+func (boundConn) Device() int { return 5 }
+
+func (boundDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
+	c, err := tcp.Driver{}.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return boundConn{c}, nil
+}
+
+func init() { backend.Register("test-device-bound", boundDriver{}) }
+
+// TestDeviceFromTransport: Comm.Device reports the GPU of a transport
+// bound to one (backend.DeviceConn), without asking CUDA.
+func TestDeviceFromTransport(t *testing.T) {
+	c, err := mp.Init(context.Background(), single(), mp.WithEnv(noEnv), mp.WithBackend("test-device-bound"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if d, err := c.Device(); d != 5 || err != nil {
+		t.Errorf("Device = %v, %v; want cuda:5 from the transport", d, err)
+	}
 }

@@ -137,17 +137,3 @@ func (c *Comm) checkPeer(peer, tag int, recv bool) error {
 	}
 	return nil
 }
-
-// wait completes a transport request, bounded by the communicator's
-// timeout. When the bound passes, the communicator is aborted with a report
-// of what was pending, and the request ends with that error.
-func (c *Comm) wait(r backend.Request) (Status, error) {
-	st, err := r.Wait(c.timeout)
-	if err != nil && c.timeout > 0 && errors.Is(err, ErrTimeout) {
-		if done, _, _ := r.Test(); !done {
-			c.conn.Abort(c.timeoutError())
-		}
-		st, err = r.Wait(0)
-	}
-	return st, err
-}

@@ -36,19 +36,14 @@ func Iprobe(c *Comm, source, tag int) (found bool, st Status, err error) {
 // and fails as soon as source is known to be gone with nothing from it
 // waiting.
 func Probe(c *Comm, source, tag int) (Status, error) {
-	var deadline time.Time
-	if c != nil && c.timeout > 0 {
-		deadline = time.Now().Add(c.timeout)
-	}
+	deadline := c.deadline()
 	for delay := time.Microsecond; ; delay = min(2*delay, time.Millisecond) {
 		found, st, err := Iprobe(c, source, tag)
 		if err != nil || found {
 			return st, err
 		}
 		if !deadline.IsZero() && time.Now().After(deadline) {
-			err := c.timeoutError()
-			c.conn.Abort(err)
-			return Status{}, c.opErr("probe", source, tag, err)
+			return Status{}, c.opErr("probe", source, tag, c.abortTimedOut())
 		}
 		time.Sleep(delay)
 	}

@@ -2,10 +2,8 @@ package mp
 
 import (
 	"errors"
-	"fmt"
 	"reflect"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -189,9 +187,7 @@ func WaitAny(reqs ...*Request) (int, Status, error) {
 				continue
 			}
 			anyActive = true
-			if q.c != nil && q.c.timeout > 0 && (timeout == 0 || q.c.timeout < timeout) {
-				timeout = q.c.timeout // the shortest bound among the requests
-			}
+			timeout = q.c.anyBound(timeout)
 			if done, st, err := q.Test(); done {
 				return i, st, err
 			}
@@ -207,7 +203,7 @@ func WaitAny(reqs ...*Request) (int, Status, error) {
 			// Timed out: abort the communicator of the first active request
 			// with the report; the request then ends with ErrTimeout.
 			if c := reqs[i].c; c != nil {
-				c.conn.Abort(c.timeoutError())
+				c.abortTimedOut()
 			}
 			st, err := reqs[i].Wait()
 			return i, st, err
@@ -236,41 +232,4 @@ func waitAnyBlocking(reqs []*Request, timeout time.Duration) (int, bool) {
 		return index[0], false
 	}
 	return index[chosen], true
-}
-
-// timeoutError describes this rank's pending operations for the error that
-// aborts a communicator whose wait timed out.
-func (c *Comm) timeoutError() error {
-	pending := c.conn.Pending()
-	var b strings.Builder
-	fmt.Fprintf(&b, "a wait on rank %d passed the timeout of %v; %d operation(s) pending on rank %d:",
-		c.rank, c.timeout, len(pending), c.rank)
-	for _, p := range pending {
-		b.WriteString("\n\t")
-		b.WriteString(describeOp(c.rank, p))
-	}
-	return fmt.Errorf("%w: %s", ErrTimeout, b.String())
-}
-
-func describeOp(rank int, p backend.OpInfo) string {
-	peer := fmt.Sprint(p.Peer)
-	if p.Peer == AnySource {
-		peer = "any"
-	}
-	tag := fmt.Sprint(p.Tag)
-	if p.Tag == AnyTag {
-		tag = "any"
-	}
-	dir := "to"
-	if p.Op == "recv" {
-		dir = "from"
-	}
-	s := fmt.Sprintf("%s %s rank %s, tag %s, %d × %v", p.Op, dir, peer, tag, p.Count, p.Type)
-	if p.Caller != 0 {
-		if f := runtime.FuncForPC(p.Caller - 1); f != nil {
-			file, line := f.FileLine(p.Caller - 1)
-			s += fmt.Sprintf(" (called at %s:%d in %s)", file, line, f.Name())
-		}
-	}
-	return s
 }

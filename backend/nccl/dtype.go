@@ -65,7 +65,7 @@ func wireType(t backend.DType, count int64) (ncclType, uint64, error) {
 type ncclRedOp int32
 
 // NCCL's reduction operators, by courier's.
-var ncclOps = map[backend.Op]ncclRedOp{
+var ncclOps = map[backend.ReduceOp]ncclRedOp{
 	backend.Sum:  0, // ncclSum
 	backend.Prod: 1, // ncclProd
 	backend.Max:  2, // ncclMax
@@ -78,7 +78,7 @@ var ncclOps = map[backend.Op]ncclRedOp{
 // type with twice the count; for one that only moves them, any form
 // (wireType). ok is false where NCCL cannot (int16 and uint16, products of
 // complex numbers, Min and Max of them).
-func collType(t backend.DType, count int64, reduces bool, op backend.Op) (ncclType, uint64, bool) {
+func collType(t backend.DType, count int64, reduces bool, op backend.ReduceOp) (ncclType, uint64, bool) {
 	if !reduces {
 		nt, n, err := wireType(t, count)
 		return nt, n, err == nil

@@ -11,9 +11,10 @@ import (
 // engine is what a communicator needs from NCCL and CUDA: issue a group of
 // sends (or of receives) on one of its channels, tell when the group has
 // reached the channel's stream and when it has finished, and copy memory.
-// The real engine (device.go) drives libnccl and the cuda package; the
-// tests drive the same communicator logic (queueing, grouping, completion,
-// checks, failures) with a fake that models NCCL's matching in software.
+// The real engine (device.go and the device_*.go files) drives libnccl
+// and the cuda package; the tests drive the same communicator logic
+// (queueing, grouping, completion, checks, failures) with a fake that
+// models NCCL's matching in software.
 //
 // A channel is one direction between this rank and another: an NCCL
 // communicator of two ranks, with its own CUDA stream, that carries only
@@ -83,19 +84,6 @@ type engine interface {
 	close() error
 }
 
-// sendChan and recvChan are the channels that carry this rank's sends to,
-// and receives from, rank p.
-func sendChan(p int) int { return 2 * p }
-func recvChan(p int) int { return 2*p + 1 }
-
-// chanPeer returns the rank at the other end of channel ch (size, for the
-// channel of all ranks).
-func chanPeer(ch int) int { return ch / 2 }
-
-// worldChan is the channel of the collectives in a job of size ranks: an
-// NCCL communicator of every rank, after the two channels of each rank.
-func worldChan(size int) int { return 2 * size }
-
 // op is one send or receive of a group.
 type op struct {
 	// r is the request the op belongs to; nil for the ops that connect the
@@ -130,7 +118,7 @@ type op struct {
 	// needs; typ and count are buf's.
 	coll  backend.CollKind
 	buf2  backend.Buffer
-	redop backend.Op
+	redop backend.ReduceOp
 	root  int
 }
 

@@ -47,7 +47,9 @@ func TestFakeGPU(t *testing.T) {
 		t.Skip("no C compiler:", err)
 	}
 	lib := filepath.Join(t.TempDir(), "libfakegpu.so")
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", lib, "testdata/fakegpu.c", "-lpthread").CombinedOutput()
+	// -I .: the fake includes nccl_types.h, NCCL's types as the loader
+	// (nccl_wrap.c) sees them.
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", ".", "-o", lib, "testdata/fakegpu.c", "-lpthread").CombinedOutput()
 	if err != nil {
 		t.Fatalf("building the fake: %v\n%s", err, out)
 	}
@@ -130,7 +132,7 @@ func realJob(t *testing.T, n int, check bool) []*conn {
 				return
 			}
 			defer ex.Close()
-			bc, err := Driver{}.Open(ctx, backend.Config{Job: job, Exchange: ex, Check: check, Timeout: 5 * time.Second, Env: os.Getenv})
+			bc, err := Driver{}.Open(ctx, backend.Config{Job: jobOf(job), Exchange: ex, Check: check, Timeout: 5 * time.Second, Env: os.Getenv})
 			if err != nil {
 				t.Errorf("rank %d: Open: %v", r, err)
 				return
@@ -399,7 +401,7 @@ func TestFakeGPUChildOpenBounded(t *testing.T) {
 			}
 			defer ex.Close()
 			start := time.Now()
-			bc, err := Driver{}.Open(ctx, backend.Config{Job: job, Exchange: ex, Env: os.Getenv})
+			bc, err := Driver{}.Open(ctx, backend.Config{Job: jobOf(job), Exchange: ex, Env: os.Getenv})
 			took := time.Since(start)
 			if err == nil {
 				bc.Close()

@@ -2,11 +2,14 @@
 
 package nccl
 
-// This file and nccl_nocgo.go are the only place the package touches C.
+// This file and nccl_nocgo.go are the only place the package's Go code
+// touches C; the C they call is beside them: nccl_wrap.c (the loader and
+// the wrappers, declared in nccl_wrap.h) and nccl_types.h (NCCL's types,
+// shared with the fake GPU of the tests).
 //
 // libnccl.so.2 is loaded at run time with dlopen, so the package builds,
 // links and runs on machines without NCCL (and without nccl.h: the few
-// types it needs are declared below). cgo is needed, not a pure-Go loader,
+// types it needs are in nccl_types.h). cgo is needed, not a pure-Go loader,
 // because ncclCommInitRankConfig takes the 128-byte ncclUniqueId by value,
 // which pure-Go call trampolines get wrong on amd64.
 //
@@ -26,391 +29,9 @@ package nccl
 /*
 #cgo LDFLAGS: -ldl
 
-#include <dlfcn.h>
-#include <limits.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-// NCCL's types, as nccl.h of NCCL 2.28 declares them.
-typedef int ncclResult_t;            // enum: ncclSuccess = 0 ... ncclInProgress = 7
-typedef int ncclDataType_t;          // enum: ncclInt8 = 0 ... ncclBfloat16 = 9
-typedef struct ncclComm *ncclComm_t;
-typedef struct { char internal[128]; } ncclUniqueId;
-
-// ncclConfig_t as NCCL 2.28 lays it out (struct ncclConfig_v22800). NCCL
-// copies min(size, its own sizeof) bytes of it and resets every field newer
-// than .version to its default, so declaring exactly the 2.28 fields with
-// version 2.28.3 is right for 2.28 and for every later NCCL.
-typedef struct {
-	size_t size;
-	unsigned int magic;
-	unsigned int version;
-	int blocking;
-	int cgaClusterSize;
-	int minCTAs;
-	int maxCTAs;
-	const char *netName;
-	int splitShare;
-	int trafficClass;
-	const char *commName;
-	int collnetEnable;
-	int CTAPolicy;
-	int shrinkShare;
-	int nvlsCTAs;
-	int nChannelsPerNetPeer;
-	int nvlinkCentricSched;
-} courier_nccl_config;
-
-#define COURIER_NCCL_API_MAGIC 0xcafebeef
-#define COURIER_NCCL_CONFIG_VERSION 22803 // NCCL_VERSION(2,28,3)
-#define COURIER_NCCL_UNDEF_INT INT_MIN    // NCCL_CONFIG_UNDEF_INT
-
-// The CUDA driver entry points the wrappers call through (from cuda.Symbol).
-typedef int (*courier_nccl_ctx_push_fn)(void *ctx);
-typedef int (*courier_nccl_ctx_pop_fn)(void **ctx);
-typedef int (*courier_nccl_memcpy_fn)(unsigned long long dst, unsigned long long src, size_t bytes);
-typedef int (*courier_nccl_write_value64_fn)(void *stream, unsigned long long addr, uint64_t v, unsigned int flags);
-typedef int (*courier_nccl_event_record_fn)(void *event, void *stream);
-
-typedef struct {
-	void *h;
-	ncclResult_t (*getVersion)(int *version);
-	ncclResult_t (*getUniqueId)(ncclUniqueId *id);
-	ncclResult_t (*commInitRankConfig)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, courier_nccl_config *config);
-	ncclResult_t (*commAbort)(ncclComm_t comm);
-	ncclResult_t (*commDestroy)(ncclComm_t comm);
-	ncclResult_t (*commFinalize)(ncclComm_t comm);
-	ncclResult_t (*commGetAsyncError)(ncclComm_t comm, ncclResult_t *state);
-	const char *(*getErrorString)(ncclResult_t result);
-	const char *(*getLastError)(ncclComm_t comm);
-	ncclResult_t (*groupStart)(void);
-	ncclResult_t (*groupEnd)(void);
-	ncclResult_t (*send)(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, void *stream);
-	ncclResult_t (*recv)(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, void *stream);
-	ncclResult_t (*allReduce)(const void *send, void *recv, size_t count, ncclDataType_t type, int op, ncclComm_t comm, void *stream);
-	ncclResult_t (*broadcast)(const void *send, void *recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, void *stream);
-	ncclResult_t (*reduce)(const void *send, void *recv, size_t count, ncclDataType_t type, int op, int root, ncclComm_t comm, void *stream);
-	ncclResult_t (*allGather)(const void *send, void *recv, size_t sendcount, ncclDataType_t type, ncclComm_t comm, void *stream);
-	ncclResult_t (*reduceScatter)(const void *send, void *recv, size_t recvcount, ncclDataType_t type, int op, ncclComm_t comm, void *stream);
-} courier_nccl_lib;
-
-// How a thread reaches the device: the context to push and the driver
-// functions to push, pop and copy with, and to mark a group's end with
-// (writeValue64 is 0 where the driver has no stream memory operations).
-typedef struct {
-	uintptr_t ctx;
-	uintptr_t push;
-	uintptr_t pop;
-	uintptr_t memcpy;
-	uintptr_t writeValue64;
-	uintptr_t eventRecord;
-} courier_nccl_dev;
-
-// What to queue on a stream right after a group, in the same call (the
-// group's seal, when nothing else must come between): nothing, a write of
-// value to the word at target, or a record of the event target.
-enum { COURIER_AFTER_NONE = 0, COURIER_AFTER_WRITE = 1, COURIER_AFTER_RECORD = 2 };
-typedef struct {
-	int32_t kind;
-	int32_t pad;
-	uint64_t stream;
-	uint64_t target;
-	uint64_t value;
-} courier_nccl_after;
-
-// One operation of a group, with the communicator and stream it goes on
-// (a group may span several communicators): a send, a receive, or a
-// collective.
-enum {
-	COURIER_OP_SEND = 0,
-	COURIER_OP_RECV = 1,
-	COURIER_OP_ALLREDUCE = 2,
-	COURIER_OP_BROADCAST = 3,
-	COURIER_OP_REDUCE = 4,
-	COURIER_OP_ALLGATHER = 5,
-	COURIER_OP_REDUCESCATTER = 6,
-};
-typedef struct {
-	uint64_t buf;    // device address (a collective's send buffer)
-	uint64_t buf2;   // a collective's receive buffer
-	uint64_t count;  // elements of type (ncclAllGather: sent; ncclReduceScatter: received)
-	uint64_t comm;   // ncclComm_t
-	uint64_t stream; // CUstream
-	int32_t peer;    // the peer, or a collective's root
-	int32_t type;    // ncclDataType_t
-	int32_t recv;    // the kind: COURIER_OP_*
-	int32_t redop;   // ncclRedOp_t of a reduction
-} courier_nccl_op;
-
-// Result codes the wrappers add to NCCL's (which are small non-negative
-// numbers): a failed context push or pop, with the CUresult beside it.
-#define COURIER_NCCL_PUSH_FAILED -1
-#define COURIER_NCCL_POP_FAILED  -2
-
-static courier_nccl_lib *courier_nccl_open(const char *path, char *err, size_t errlen) {
-	void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-	if (h == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return NULL;
-	}
-	static courier_nccl_lib zero;
-	courier_nccl_lib *l = (courier_nccl_lib *)malloc(sizeof *l);
-	if (l == NULL) {
-		snprintf(err, errlen, "out of memory");
-		dlclose(h);
-		return NULL;
-	}
-	*l = zero;
-	l->h = h;
-#define COURIER_NCCL_SYM(field, name) \
-	do { \
-		*(void **)(&l->field) = dlsym(h, name); \
-		if (l->field == NULL) { \
-			snprintf(err, errlen, "%s: no symbol %s (NCCL older than 2.14?)", path, name); \
-			free(l); \
-			dlclose(h); \
-			return NULL; \
-		} \
-	} while (0)
-	COURIER_NCCL_SYM(getVersion, "ncclGetVersion");
-	COURIER_NCCL_SYM(getUniqueId, "ncclGetUniqueId");
-	COURIER_NCCL_SYM(commInitRankConfig, "ncclCommInitRankConfig");
-	COURIER_NCCL_SYM(commAbort, "ncclCommAbort");
-	// ncclCommDestroy and ncclCommFinalize are not called (Close aborts:
-	// see engine.close), but a library without them is not one courier
-	// was written for.
-	COURIER_NCCL_SYM(commDestroy, "ncclCommDestroy");
-	COURIER_NCCL_SYM(commFinalize, "ncclCommFinalize");
-	COURIER_NCCL_SYM(commGetAsyncError, "ncclCommGetAsyncError");
-	COURIER_NCCL_SYM(getErrorString, "ncclGetErrorString");
-	COURIER_NCCL_SYM(getLastError, "ncclGetLastError");
-	COURIER_NCCL_SYM(groupStart, "ncclGroupStart");
-	COURIER_NCCL_SYM(groupEnd, "ncclGroupEnd");
-	COURIER_NCCL_SYM(send, "ncclSend");
-	COURIER_NCCL_SYM(recv, "ncclRecv");
-	COURIER_NCCL_SYM(allReduce, "ncclAllReduce");
-	COURIER_NCCL_SYM(broadcast, "ncclBroadcast");
-	COURIER_NCCL_SYM(reduce, "ncclReduce");
-	COURIER_NCCL_SYM(allGather, "ncclAllGather");
-	COURIER_NCCL_SYM(reduceScatter, "ncclReduceScatter");
-#undef COURIER_NCCL_SYM
-	return l;
-}
-
-static int courier_nccl_push(const courier_nccl_dev *d, int *cu) {
-	*cu = ((courier_nccl_ctx_push_fn)d->push)((void *)d->ctx);
-	return *cu == 0;
-}
-
-static void courier_nccl_pop(const courier_nccl_dev *d, int *cu) {
-	void *old = NULL;
-	int r = ((courier_nccl_ctx_pop_fn)d->pop)(&old);
-	if (*cu == 0) {
-		*cu = r;
-	}
-}
-
-static ncclResult_t courier_nccl_version(courier_nccl_lib *l, int *v) {
-	return l->getVersion(v);
-}
-
-static ncclResult_t courier_nccl_unique_id(courier_nccl_lib *l, void *out) {
-	ncclUniqueId id;
-	ncclResult_t r = l->getUniqueId(&id);
-	memcpy(out, &id, sizeof id);
-	return r;
-}
-
-// courier_nccl_init creates a communicator on the device of d,
-// non-blocking unless blocking is 1. Only .size, .magic, .version and .blocking of the configuration are
-// set; every other field is left undefined as NCCL_CONFIG_INITIALIZER
-// leaves it (NCCL_CONFIG_UNDEF_INT, or NULL for the pointers), so NCCL
-// picks its defaults and honours its environment variables.
-static ncclResult_t courier_nccl_init(courier_nccl_lib *l, const courier_nccl_dev *d,
-		uintptr_t *comm, int nranks, const void *idbytes, int rank, int blocking, int *cu) {
-	courier_nccl_config cfg;
-	memset(&cfg, 0, sizeof cfg);
-	cfg.size = sizeof cfg;
-	cfg.magic = COURIER_NCCL_API_MAGIC;
-	cfg.version = COURIER_NCCL_CONFIG_VERSION;
-	cfg.blocking = blocking;
-	cfg.cgaClusterSize = COURIER_NCCL_UNDEF_INT;
-	cfg.minCTAs = COURIER_NCCL_UNDEF_INT;
-	cfg.maxCTAs = COURIER_NCCL_UNDEF_INT;
-	cfg.netName = NULL;
-	cfg.splitShare = COURIER_NCCL_UNDEF_INT;
-	cfg.trafficClass = COURIER_NCCL_UNDEF_INT;
-	cfg.commName = NULL;
-	cfg.collnetEnable = COURIER_NCCL_UNDEF_INT;
-	cfg.CTAPolicy = COURIER_NCCL_UNDEF_INT;
-	cfg.shrinkShare = COURIER_NCCL_UNDEF_INT;
-	cfg.nvlsCTAs = COURIER_NCCL_UNDEF_INT;
-	cfg.nChannelsPerNetPeer = COURIER_NCCL_UNDEF_INT;
-	cfg.nvlinkCentricSched = COURIER_NCCL_UNDEF_INT;
-
-	ncclUniqueId id;
-	memcpy(&id, idbytes, sizeof id);
-	ncclComm_t c = NULL;
-	if (!courier_nccl_push(d, cu)) {
-		return COURIER_NCCL_PUSH_FAILED;
-	}
-	ncclResult_t r = l->commInitRankConfig(&c, nranks, id, rank, &cfg);
-	courier_nccl_pop(d, cu);
-	*comm = (uintptr_t)c;
-	if (r == 0 && *cu != 0) {
-		return COURIER_NCCL_POP_FAILED;
-	}
-	return r;
-}
-
-// courier_nccl_out carries what a hot-path wrapper reports, returned by
-// value (out-parameters in Go memory would make Go allocate on every call).
-typedef struct {
-	int32_t r;      // the ncclResult_t of the call
-	int32_t state;  // ncclCommGetAsyncError's state
-	int32_t failed; // courier_nccl_group: the index of the op that failed, or -1
-	int32_t cu;     // the CUresult of a failed context push or pop
-	int64_t ns;     // courier_nccl_group with timed set: nanoseconds from ncclGroupStart until ncclGroupEnd returned
-	int32_t after;  // courier_nccl_group: the CUresult of the write or record after the group, or -1 if it was not made
-	int32_t pad;
-} courier_nccl_out;
-
-static courier_nccl_out courier_nccl_async_error(courier_nccl_lib *l, uintptr_t comm) {
-	courier_nccl_out o = {0, 0, -1, 0, 0, -1, 0};
-	ncclResult_t state = 0;
-	o.r = l->commGetAsyncError((ncclComm_t)comm, &state);
-	o.state = state;
-	return o;
-}
-
-static int64_t courier_nccl_now(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-// courier_nccl_group issues ops[0..n) as one NCCL group, each op on its
-// communicator and stream, with the device's context current. If an op
-// fails, the group is still ended (NCCL's group state must not leak to the
-// next call on this thread) and the op's error is returned, with its index
-// in .failed. With timed set, .ns is the time NCCL's calls took. When the
-// group is on its stream (ncclGroupEnd said ncclSuccess), *after is queued
-// behind it and .after is its CUresult.
-static courier_nccl_out courier_nccl_group(courier_nccl_lib *l, const courier_nccl_dev *d,
-		const courier_nccl_op *ops, int n, int timed, const courier_nccl_after *after) {
-	courier_nccl_out out = {0, 0, -1, 0, 0, -1, 0};
-	int failedv = -1, cuv = 0;
-	int *failed = &failedv, *cu = &cuv;
-	if (!courier_nccl_push(d, cu)) {
-		out.r = COURIER_NCCL_PUSH_FAILED;
-		out.cu = cuv;
-		return out;
-	}
-	int64_t t0 = timed ? courier_nccl_now() : 0;
-	ncclResult_t r = l->groupStart();
-	if (r == 0) {
-		ncclResult_t first = 0;
-		for (int i = 0; i < n; i++) {
-			const courier_nccl_op *o = &ops[i];
-			ncclComm_t comm = (ncclComm_t)(uintptr_t)o->comm;
-			void *stream = (void *)(uintptr_t)o->stream;
-			const void *in = (const void *)(uintptr_t)o->buf;
-			void *out = (void *)(uintptr_t)o->buf2;
-			size_t count = (size_t)o->count;
-			ncclResult_t e;
-			switch (o->recv) {
-			case COURIER_OP_RECV:
-				e = l->recv((void *)(uintptr_t)o->buf, count, o->type, o->peer, comm, stream);
-				break;
-			case COURIER_OP_SEND:
-				e = l->send(in, count, o->type, o->peer, comm, stream);
-				break;
-			case COURIER_OP_ALLREDUCE:
-				e = l->allReduce(in, out, count, o->type, o->redop, comm, stream);
-				break;
-			case COURIER_OP_BROADCAST:
-				e = l->broadcast(in, out, count, o->type, o->peer, comm, stream);
-				break;
-			case COURIER_OP_REDUCE:
-				e = l->reduce(in, out, count, o->type, o->redop, o->peer, comm, stream);
-				break;
-			case COURIER_OP_ALLGATHER:
-				e = l->allGather(in, out, count, o->type, comm, stream);
-				break;
-			case COURIER_OP_REDUCESCATTER:
-				e = l->reduceScatter(in, out, count, o->type, o->redop, comm, stream);
-				break;
-			default:
-				e = 4; // ncclInvalidArgument
-			}
-			// In a group a non-blocking communicator may answer
-			// ncclInProgress for an op; only ncclGroupEnd's answer counts.
-			if (e != 0 && e != 7 && first == 0) {
-				first = e;
-				*failed = i;
-				break;
-			}
-		}
-		ncclResult_t end = l->groupEnd();
-		r = first != 0 ? first : end;
-	}
-	if (timed) {
-		out.ns = courier_nccl_now() - t0;
-	}
-	if (r == 0 && after->kind == COURIER_AFTER_WRITE && d->writeValue64 != 0) {
-		out.after = ((courier_nccl_write_value64_fn)d->writeValue64)((void *)(uintptr_t)after->stream, after->target, after->value, 0);
-	} else if (r == 0 && after->kind == COURIER_AFTER_RECORD) {
-		out.after = ((courier_nccl_event_record_fn)d->eventRecord)((void *)(uintptr_t)after->target, (void *)(uintptr_t)after->stream);
-	}
-	courier_nccl_pop(d, cu);
-	if ((r == 0 || r == 7) && *cu != 0) {
-		r = COURIER_NCCL_POP_FAILED;
-	}
-	out.r = r;
-	out.failed = failedv;
-	out.cu = cuv;
-	return out;
-}
-
-static ncclResult_t courier_nccl_abort(courier_nccl_lib *l, const courier_nccl_dev *d, uintptr_t comm, int *cu) {
-	if (!courier_nccl_push(d, cu)) {
-		return COURIER_NCCL_PUSH_FAILED;
-	}
-	ncclResult_t r = l->commAbort((ncclComm_t)comm);
-	courier_nccl_pop(d, cu);
-	return r;
-}
-
-static const char *courier_nccl_error_string(courier_nccl_lib *l, ncclResult_t r) {
-	return l->getErrorString(r);
-}
-
-static const char *courier_nccl_last_error(courier_nccl_lib *l, uintptr_t comm) {
-	return l->getLastError((ncclComm_t)comm);
-}
-
-// courier_nccl_memcpy copies bytes between any two addresses the driver
-// knows (unified addressing: device memory, or host memory), with the
-// device's context current, on the legacy default stream, which does not
-// wait for the communicator's non-blocking stream. It blocks until done.
-static int courier_nccl_memcpy(const courier_nccl_dev *d, void *dst, const void *src, size_t bytes, int *cu) {
-	if (!courier_nccl_push(d, cu)) {
-		return COURIER_NCCL_PUSH_FAILED;
-	}
-	int r = ((courier_nccl_memcpy_fn)d->memcpy)((unsigned long long)(uintptr_t)dst, (unsigned long long)(uintptr_t)src, bytes);
-	courier_nccl_pop(d, cu);
-	return r;
-}
-
-// courier_nccl_memcpy_from is courier_nccl_memcpy from a device address.
-static int courier_nccl_memcpy_from(const courier_nccl_dev *d, void *dst, uint64_t src, size_t bytes, int *cu) {
-	return courier_nccl_memcpy(d, dst, (const void *)(uintptr_t)src, bytes, cu);
-}
+#include "nccl_wrap.h"
 */
 import "C"
 
@@ -424,15 +45,21 @@ import (
 	"github.com/courier-mp/courier/cuda"
 )
 
-// Result codes of ncclResult_t the package tells apart (nccl.h).
+// Result codes the wrappers add to NCCL's (nccl_wrap.h).
 const (
-	ncclSuccess     = 0
-	ncclRemoteError = 6
-	ncclInProgress  = 7
-
 	resPushFailed = C.COURIER_NCCL_PUSH_FAILED
 	resPopFailed  = C.COURIER_NCCL_POP_FAILED
 )
+
+// The codes the Go side names (library.go, errors.go and dtype.go) are
+// nccl_types.h's: if one differs, this does not compile (a constant index
+// out of range).
+var _ = [1]struct{}{}[0|
+	(ncclSuccess-C.ncclSuccess)|(ncclRemoteError-C.ncclRemoteError)|(ncclInProgress-C.ncclInProgress)|
+	(idBytes-C.COURIER_NCCL_UNIQUE_ID_BYTES)|
+	(ncclInt8-C.ncclInt8)|(ncclUint8-C.ncclUint8)|(ncclInt32-C.ncclInt32)|(ncclUint32-C.ncclUint32)|
+	(ncclInt64-C.ncclInt64)|(ncclUint64-C.ncclUint64)|(ncclFloat16-C.ncclFloat16)|(ncclFloat32-C.ncclFloat32)|
+	(ncclFloat64-C.ncclFloat64)|(ncclBfloat16-C.ncclBfloat16)]
 
 // library is a loaded libnccl. Libraries are never unloaded: NCCL keeps
 // threads and CUDA state that do not survive dlclose.
@@ -491,7 +118,7 @@ func (l *library) check(r int, op string, comm uintptr, cu C.int) error {
 	if r == ncclSuccess {
 		return nil
 	}
-	e := &ncclError{Code: r, Op: op, Msg: l.resultString(r)}
+	e := &Error{Code: r, Name: resultName(r), Op: op, Msg: l.resultString(r)}
 	if r == resPushFailed || r == resPopFailed {
 		e.Msg += fmt.Sprintf(" (CUresult %d)", int(cu))
 	} else if comm != 0 || r != ncclInProgress {

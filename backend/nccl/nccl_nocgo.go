@@ -13,15 +13,8 @@ import (
 
 // Without cgo, libnccl cannot be loaded: openLibrary says why, and so
 // Driver.Available and Driver.Open do. The methods below exist only so
-// that the package compiles; nothing reaches them, since no *library or
-// *devHooks is ever made.
-
-// Result codes of ncclResult_t the package tells apart (nccl.h).
-const (
-	ncclSuccess     = 0
-	ncclRemoteError = 6
-	ncclInProgress  = 7
-)
+// that the package compiles (their set is lib's, library.go); nothing
+// reaches them, since no *library or *devHooks is ever made.
 
 // library stands in for a loaded libnccl.
 type library struct {

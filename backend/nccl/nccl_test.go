@@ -15,7 +15,6 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/backend/tcp"
-	"github.com/courier-mp/courier/bootstrap"
 )
 
 // The tests in this file run everywhere: the loader's error path, the
@@ -44,7 +43,7 @@ func TestLoaderMissingLibrary(t *testing.T) {
 	// Open reports the loader's reason too (before it meets anyone: a
 	// one-rank job).
 	cfg := backend.Config{
-		Job:      bootstrap.Job{Rank: 0, Size: 1, LocalRank: 0},
+		Job:      backend.Job{Rank: 0, Size: 1, LocalRank: 0},
 		Exchange: localExchange{},
 		Env:      func(k string) string { return map[string]string{LibraryEnv: path}[k] },
 	}
@@ -81,7 +80,7 @@ func TestSwitchEnv(t *testing.T) {
 	}
 	// Open says so before loading anything.
 	cfg := backend.Config{
-		Job:      bootstrap.Job{Rank: 0, Size: 1, LocalRank: 0},
+		Job:      backend.Job{Rank: 0, Size: 1, LocalRank: 0},
 		Exchange: localExchange{},
 		Env:      func(k string) string { return map[string]string{BlockingEnv: "yes"}[k] },
 	}
@@ -206,7 +205,7 @@ func TestHelloRoundTrip(t *testing.T) {
 func TestPickDevice(t *testing.T) {
 	cfg := func(rank, local int, dev string) backend.Config {
 		return backend.Config{
-			Job: bootstrap.Job{Rank: rank, LocalRank: local},
+			Job: backend.Job{Rank: rank, LocalRank: local},
 			Env: func(k string) string {
 				if k == DeviceEnv {
 					return dev

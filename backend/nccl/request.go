@@ -49,7 +49,7 @@ type request struct {
 	// receive buffer; op and root as the kind needs (peer is -1).
 	coll    backend.CollKind
 	recvBuf backend.Buffer
-	op      backend.Op
+	op      backend.ReduceOp
 	root    int
 
 	done   atomic.Bool

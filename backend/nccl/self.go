@@ -1,7 +1,6 @@
 package nccl
 
 import (
-	"fmt"
 	"slices"
 	"unsafe"
 
@@ -98,36 +97,6 @@ func (c *conn) copyLocked(dst unsafe.Pointer, dmem backend.MemKind, src unsafe.P
 		return nil
 	}
 	return c.eng.copyBytes(dst, src, n)
-}
-
-// verdictOf decides whether a message from rank src (tag, count × typ)
-// may land in receive r: nil, or the error r completes with. Element types
-// and tags must agree, the message must fit, and with checks on the counts
-// must be equal.
-func (c *conn) verdictOf(r *request, src, tag int, typ backend.DType, count int64) error {
-	if typ != r.buf.Type {
-		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d), rank %d receives %v (tag %d)",
-			backend.ErrMismatch, src, count, typ, tag, c.rank, r.buf.Type, r.tag)
-	}
-	if tag != r.tag {
-		return fmt.Errorf("%w: rank %d's next message to rank %d has tag %d, but rank %d receives tag %d "+
-			"(the nccl backend takes each rank's messages in the order they were sent)",
-			backend.ErrMismatch, src, c.rank, tag, c.rank, r.tag)
-	}
-	if count > r.buf.Count {
-		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d) into a buffer of %d on rank %d",
-			backend.ErrTruncate, src, count, typ, tag, r.buf.Count, c.rank)
-	}
-	if c.check && count != r.buf.Count {
-		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d), rank %d receives %d (checks are on: counts must be equal)",
-			backend.ErrMismatch, src, count, typ, tag, c.rank, r.buf.Count)
-	}
-	return nil
-}
-
-// verdict is verdictOf for the envelope of a message from r's peer.
-func (c *conn) verdict(r *request, e *envelope) error {
-	return c.verdictOf(r, r.peer, int(e.tag), e.typ, e.count)
 }
 
 // fail ends every posted receive with err. Messages copied aside are

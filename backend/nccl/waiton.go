@@ -99,12 +99,35 @@ func (c *conn) groupOfLocked(r *request) *group {
 	return nil
 }
 
-// WaitOn implements the stream wait mp's Request.WaitOn uses; see the
-// package function WaitOn.
-func (r *request) WaitOn(s *cuda.Stream) error { return WaitOn(r, s) }
+// The GPU capabilities of the contract.
+var (
+	_ backend.StreamWaiter = (*request)(nil)
+	_ backend.StreamConn   = (*conn)(nil)
+	_ backend.DeviceConn   = (*conn)(nil)
+)
 
-// IsendOn and IrecvOn post a send or receive ordered on the caller's CUDA
-// stream s, as if NCCL ran it on s (mp's IsendOnStream and IrecvOnStream):
+// WaitOn implements backend.StreamWaiter (mp's Request.WaitOn); see the
+// package function WaitOn.
+func (r *request) WaitOn(s backend.Stream) error {
+	cs, err := cudaStream(s)
+	if err != nil {
+		return err
+	}
+	return WaitOn(r, cs)
+}
+
+// cudaStream is the *cuda.Stream package mp passes as a backend.Stream.
+func cudaStream(s backend.Stream) (*cuda.Stream, error) {
+	cs, ok := s.(*cuda.Stream)
+	if !ok {
+		return nil, fmt.Errorf("%w: the nccl backend takes a *cuda.Stream, not %T", backend.ErrInvalid, s)
+	}
+	return cs, nil
+}
+
+// IsendOn and IrecvOn implement backend.StreamConn: they post a send or
+// receive ordered on the caller's CUDA stream s (a *cuda.Stream), as if
+// NCCL ran it on s (mp's IsendOnStream and IrecvOnStream):
 // it starts on the GPU after the work queued on s before the call, and
 // work queued on s after the call starts after it has completed. The CPU
 // does not wait for the transfer: the call returns once NCCL has the
@@ -116,13 +139,21 @@ func (r *request) WaitOn(s *cuda.Stream) error { return WaitOn(r, s) }
 // which a stream cannot wait for (backend.ErrInvalid). A message between a
 // rank and itself is copied by the CPU: s is synchronized first, and the
 // request has completed when the call returns.
-func (c *conn) IsendOn(buf backend.Buffer, dest, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error) {
-	return c.postOn(false, buf, dest, tag, caller, s)
+func (c *conn) IsendOn(buf backend.Buffer, dest, tag int, caller uintptr, s backend.Stream) (backend.Request, error) {
+	cs, err := cudaStream(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.postOn(false, buf, dest, tag, caller, cs)
 }
 
 // IrecvOn: see IsendOn.
-func (c *conn) IrecvOn(buf backend.Buffer, source, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error) {
-	return c.postOn(true, buf, source, tag, caller, s)
+func (c *conn) IrecvOn(buf backend.Buffer, source, tag int, caller uintptr, s backend.Stream) (backend.Request, error) {
+	cs, err := cudaStream(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.postOn(true, buf, source, tag, caller, cs)
 }
 
 func (c *conn) postOn(recv bool, buf backend.Buffer, peer, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error) {

@@ -41,11 +41,12 @@ type Driver struct {
 // end of the connection before it closes it anyway.
 const DefaultLinger = engine.DefaultLinger
 
-// ErrPeerClosed is part of the ErrPeerLost error of operations with a rank
-// that closed its communicator (said goodbye), as opposed to one that
-// aborted or whose process vanished: everything that rank sent before it
-// closed was delivered. Its text completes "rank N ...".
-var ErrPeerClosed = engine.ErrPeerClosed
+// ErrPeerClosed is backend.ErrPeerClosed, the same value: part of the
+// ErrPeerLost error of operations with a rank that closed its
+// communicator in order.
+//
+// Deprecated: use backend.ErrPeerClosed, which every transport shares.
+var ErrPeerClosed = backend.ErrPeerClosed
 
 // Open implements backend.Driver: it listens (on COURIER_IFACE when set),
 // publishes its address through cfg.Exchange, and connects to every other
@@ -128,9 +129,6 @@ func listenHost(cfg backend.Config) (string, error) {
 		return ifaceAddr(iface)
 	}
 	addr := cfg.Job.Addr
-	if cfg.Job.Listener != nil {
-		addr = cfg.Job.Listener.Addr().String()
-	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
 		return "127.0.0.1", nil

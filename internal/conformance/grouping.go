@@ -12,8 +12,10 @@ import (
 // calls completed by one wait: one NCCL group) with the same operations
 // issued one at a time on the other rank. These pairings are valid MPI;
 // NCCL has hung or failed on some of them when they were the pair's first
-// traffic (DESIGN.md, "NCCL as measured"), so they come first in Cases, for
-// runners that share one communicator between cases.
+// traffic (NCCL 2.28.3 sets up each direction's connection inside the first
+// call that needs it, and that setup needs the peer: rank 0 grouping a send
+// and a receive while rank 1 receives, then sends, hangs), so they come
+// first in Cases, for runners that share one communicator between cases.
 func groupingCases() []Case {
 	return []Case{
 		{Name: "Grouping/ExchangeVsSerial", MinRanks: 2, Run: groupingExchangeVsSerial},

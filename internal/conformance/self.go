@@ -10,9 +10,9 @@ import (
 )
 
 // selfCases: every rank sends to itself. A blocking Send to one's own rank
-// returns before the receive is posted, whatever the size (DESIGN: "Sending
-// to yourself works"; mp.Send: "the matching Recv may be posted before or
-// after").
+// returns before the receive is posted, whatever the size (mp.Send:
+// "Sending to one's own rank works; the matching Recv may be posted before
+// or after").
 func selfCases() []Case {
 	return []Case{
 		{Name: "Self/Small", MinRanks: 1, Run: func(t T, c *mp.Comm) { selfSend(t, c, 100) }},

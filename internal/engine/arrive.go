@@ -64,7 +64,7 @@ func (p *Peer) Arrive(h *Header, src Source) error {
 		if h.Flags&ByeAborted != 0 {
 			p.e.failPeer(p, fmt.Errorf("%w: rank %d aborted its communicator", backend.ErrPeerLost, p.rank))
 		} else {
-			p.e.failPeer(p, fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, ErrPeerClosed))
+			p.e.failPeer(p, fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed))
 		}
 		return nil
 	}
@@ -259,7 +259,7 @@ func (p *Peer) lossError(err error) error {
 		return *e
 	}
 	if p.bye.Load() {
-		return fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, ErrPeerClosed)
+		return fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed)
 	}
 	if errors.Is(err, backend.ErrPeerLost) {
 		return err

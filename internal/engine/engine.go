@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -155,12 +154,6 @@ func (e *Engine) Abort(err error) {
 		}
 	}
 }
-
-// ErrPeerClosed is part of the ErrPeerLost error of operations with a rank
-// that closed its communicator (said goodbye), as opposed to one that
-// aborted or whose process vanished: everything that rank sent before it
-// closed was delivered. Its text completes "rank N ...".
-var ErrPeerClosed = errors.New("closed its communicator")
 
 // Transport names what carries messages to rank j: "self" for this rank,
 // else the link's own name ("tcp", "shm").

@@ -79,12 +79,15 @@
 #include <string.h>
 #include <time.h>
 
+// NCCL's types and codes, as the real loader sees them (the tests compile
+// this file with -I naming the package directory).
+#include "nccl_types.h"
+
 #ifndef FAKE_NDEV
 #define FAKE_NDEV 4
 #endif
 
 typedef int CUresult;
-typedef int ncclResult_t;
 
 enum {
 	CU_OK = 0,
@@ -104,11 +107,11 @@ enum {
 };
 
 enum {
-	NCCL_OK = 0,
-	NCCL_INTERNAL = 3,
-	NCCL_INVALID_ARGUMENT = 4,
-	NCCL_INVALID_USAGE = 5,
-	NCCL_IN_PROGRESS = 7,
+	NCCL_OK = ncclSuccess,
+	NCCL_INTERNAL = ncclInternalError,
+	NCCL_INVALID_ARGUMENT = ncclInvalidArgument,
+	NCCL_INVALID_USAGE = ncclInvalidUsage,
+	NCCL_IN_PROGRESS = ncclInProgress,
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -178,7 +181,7 @@ enum { C_ALLREDUCE = 1, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_REDUCESCATTER };
 static const char *const coll_names[] = {"send/receive", "ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter"};
 
 // The reductions (ncclRedOp_t).
-enum { R_SUM, R_PROD, R_MAX, R_MIN, R_AVG, R_COUNT };
+enum { R_SUM = ncclSum, R_PROD = ncclProd, R_MAX = ncclMax, R_MIN = ncclMin, R_AVG = ncclAvg, R_COUNT };
 
 struct work {
 	int kind;
@@ -249,7 +252,7 @@ static void pop_work(struct stream *s) {
 
 // --- NCCL communicators ---
 
-#define ID_BYTES 128
+#define ID_BYTES COURIER_NCCL_UNIQUE_ID_BYTES
 
 struct clique {
 	unsigned char id[ID_BYTES];
@@ -1159,32 +1162,11 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
 
 // --- NCCL ---
 
-typedef struct { unsigned char internal[ID_BYTES]; } ncclUniqueId;
-
-typedef struct {
-	size_t size;
-	unsigned int magic;
-	unsigned int version;
-	int blocking;
-	int cgaClusterSize;
-	int minCTAs;
-	int maxCTAs;
-	const char *netName;
-	int splitShare;
-	int trafficClass;
-	const char *commName;
-	int collnetEnable;
-	int CTAPolicy;
-	int shrinkShare;
-	int nvlsCTAs;
-	int nChannelsPerNetPeer;
-	int nvlinkCentricSched;
-} fake_config; // ncclConfig_v22800
-
 static unsigned ids_made;
 
 // id_sum is the checksum an ID made here carries in its last 4 bytes.
-static uint32_t id_sum(const unsigned char *id) {
+static uint32_t id_sum(const char *idc) {
+	const unsigned char *id = (const unsigned char *)idc;
 	uint32_t h = 2166136261u;
 	for (int i = 0; i < ID_BYTES - 4; i++) h = (h ^ id[i]) * 16777619u;
 	return h;
@@ -1222,17 +1204,18 @@ static ncclResult_t bad(ncclResult_t r, const char *what) {
 	return r;
 }
 
-ncclResult_t ncclCommInitRankConfig(struct comm **out, int nranks, ncclUniqueId id, int rank, fake_config *cfg) {
+ncclResult_t ncclCommInitRankConfig(struct comm **out, int nranks, ncclUniqueId id, int rank, ncclConfig_t *cfg) {
 	if (misuse) return NCCL_INVALID_USAGE;
 	if (cur() == NULL) return bad(NCCL_INVALID_USAGE, "ncclCommInitRankConfig without a current CUDA context");
-	if (cfg == NULL || cfg->size != sizeof(fake_config) || cfg->magic != 0xcafebeef || cfg->version != 22803)
+	if (cfg == NULL || cfg->size != sizeof(ncclConfig_t) || cfg->magic != COURIER_NCCL_API_MAGIC ||
+			cfg->version != COURIER_NCCL_CONFIG_VERSION)
 		return bad(NCCL_INVALID_ARGUMENT, "config: size, magic or version wrong");
 	if (cfg->blocking != 0 && cfg->blocking != 1) return bad(NCCL_INVALID_ARGUMENT, "config: blocking is neither 0 nor 1");
 	const int *ints[] = {&cfg->cgaClusterSize, &cfg->minCTAs, &cfg->maxCTAs, &cfg->splitShare, &cfg->trafficClass,
 		&cfg->collnetEnable, &cfg->CTAPolicy, &cfg->shrinkShare, &cfg->nvlsCTAs, &cfg->nChannelsPerNetPeer,
 		&cfg->nvlinkCentricSched};
 	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-		if (*ints[i] != INT_MIN) return bad(NCCL_INVALID_ARGUMENT, "config: a field other than blocking is set");
+		if (*ints[i] != COURIER_NCCL_UNDEF_INT) return bad(NCCL_INVALID_ARGUMENT, "config: a field other than blocking is set");
 	}
 	if (cfg->netName != NULL || cfg->commName != NULL) return bad(NCCL_INVALID_ARGUMENT, "config: a name is set");
 	// FAKEGPU_INIT_NEVER=1: a blocking initialization as NCCL rank 1 never

@@ -1,0 +1,329 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// Open implements backend.Driver. Every rank sets up its GPU and tells
+// the others, with the NCCL unique IDs of the channels it sends on (one
+// per other rank: the sender of a channel makes its ID), through
+// cfg.Exchange; if any rank cannot join, every rank fails with its reason.
+// The ranks then open the host connection (a second AllGather), create an
+// NCCL communicator of two ranks for each direction between two ranks (all
+// at once; bounded by ctx), and connect every channel with a one-byte
+// message. Meanwhile each rank sets up its completion words.
+//
+// Its phases, each a method of opening below: meet (this rank's setup and
+// the hellos), newEngine, makeChannels (streams, buffers, completion
+// words, the host connection, the NCCL communicators), makeConn, connect
+// (first contact), then the background connection of the communicator of
+// every rank (startWarm). A phase that fails undoes what the earlier ones
+// made.
+func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
+	o, err := newOpening(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.meet(ctx); err != nil {
+		return nil, err
+	}
+	o.newEngine()
+	if err := o.makeChannels(ctx); err != nil {
+		return nil, o.fail(err)
+	}
+	c := o.makeConn()
+	if err := o.connect(ctx, c); err != nil {
+		c.Abort(err)
+		c.Close()
+		return nil, err
+	}
+	o.trace.phase("every channel connected")
+	if o.world {
+		c.startWarm(o.eng.worldWarmer)
+	}
+	return c, nil
+}
+
+// opening is an Open under way: what its phases have made so far.
+type opening struct {
+	cfg        backend.Config
+	rank, size int
+	trace      openTrace
+	// The modes (env.go): blocking communicators, completion told by
+	// events, a stream shared by the two channels of a pair.
+	blocking, events, share bool
+	lo                      *local
+	hellos                  []hello
+	world                   bool // there is a communicator of every rank
+	eng                     *device
+	ctl                     *control
+}
+
+// newOpening checks the job and starts Open's trace.
+func newOpening(cfg backend.Config) (*opening, error) {
+	job := cfg.Job
+	o := &opening{cfg: cfg, rank: job.Rank, size: job.Size, trace: newOpenTrace(cfg.Getenv, job.Rank)}
+	if job.Size < 1 || job.Rank < 0 || job.Rank >= job.Size {
+		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, job.Rank, job.Size)
+	}
+	return o, nil
+}
+
+// meet sets this rank up (setup) and exchanges hellos with the others
+// (hello.go). Every rank's own failure goes into its hello, so that all
+// fail together. It then checks that no two ranks use one GPU, and learns
+// whether there is a communicator of every rank (rank 0 made its ID).
+func (o *opening) meet(ctx context.Context) error {
+	lerr := o.setup()
+	o.trace.phase("CUDA and NCCL loaded, GPU set up")
+	all, err := o.cfg.Exchange.AllGather(ctx, encodeHello(o.lo, lerr))
+	o.trace.phase("the unique IDs exchanged")
+	if lerr != nil {
+		return lerr
+	}
+	if err == nil && len(all) != o.size {
+		err = fmt.Errorf("nccl: the exchange returned %d hellos for %d ranks", len(all), o.size)
+	}
+	if err != nil {
+		return fmt.Errorf("nccl: exchanging the NCCL unique IDs: %w", err)
+	}
+	o.hellos = make([]hello, o.size)
+	for k, b := range all {
+		if o.hellos[k], err = decodeHello(k, o.size, b); err != nil {
+			return err
+		}
+	}
+	lo := o.lo
+	for k := range o.hellos {
+		if k != o.rank && o.hellos[k].host == lo.host && o.hellos[k].bus == lo.bus && lo.bus != "" {
+			return fmt.Errorf("nccl: %w: ranks %d and %d would both use the GPU at %s on %s: one GPU per rank (set %s, or run fewer ranks per host)",
+				backend.ErrInvalid, min(k, o.rank), max(k, o.rank), lo.bus, lo.host, DeviceEnv)
+		}
+	}
+	o.world = o.size > 1 && o.hellos[0].ids[0] != [idBytes]byte{}
+	return nil
+}
+
+// setup reads the modes and sets up this rank's side (setupLocal).
+func (o *opening) setup() error {
+	var err error
+	if o.blocking, err = blockingMode(o.cfg.Getenv); err != nil {
+		return err
+	}
+	if o.events, err = eventsMode(o.cfg.Getenv); err != nil {
+		return err
+	}
+	if o.share, err = sharedStreamMode(o.cfg.Getenv); err != nil {
+		return err
+	}
+	o.lo, err = setupLocal(o.cfg)
+	return err
+}
+
+// newEngine makes the device engine, with no stream or communicator yet.
+func (o *opening) newEngine() {
+	o.eng = &device{
+		lib: o.lo.lib, hooks: o.lo.hooks, dev: o.lo.dev,
+		rank:     o.rank,
+		size:     o.size,
+		blocking: o.blocking,
+		timed:    o.trace.on,
+		comms:    make([]uintptr, 2*o.size+1),
+		streams:  make([]*cuda.Stream, 2*o.size+1),
+	}
+}
+
+// makeChannels makes what the channels run on (none with one rank): the
+// streams (makeStreams) and the connection buffers, then the host
+// connection and the NCCL communicators (init.go), while the completion
+// words are set up beside them (startFlags).
+func (o *opening) makeChannels(ctx context.Context) error {
+	if o.size == 1 {
+		return nil
+	}
+	if err := o.makeStreams(); err != nil {
+		return err
+	}
+	var err error
+	if o.eng.warm, err = cuda.Alloc[byte](o.lo.dev, int64(2*o.size)); err != nil {
+		return fmt.Errorf("nccl: allocating the connection buffers: %w", err)
+	}
+	// Joined on the way out, failed or not: before fail, or anything
+	// else, touches the engine's memory.
+	defer o.startFlags()()
+	if o.ctl, err = openControl(ctx, o.cfg); err != nil {
+		return err
+	}
+	o.trace.phase("the host connection open")
+	if err = initComms(ctx, o.eng, o.rank, o.size, o.hellos); err != nil {
+		return err
+	}
+	o.trace.phase("the NCCL communicators made")
+	return nil
+}
+
+// makeStreams makes a CUDA stream for each channel, one for the
+// communicator of every rank, and, unless SharedStreamEnv=0, one per
+// other rank that the two channels of the pair share.
+func (o *opening) makeStreams() error {
+	eng, dev := o.eng, o.lo.dev
+	var err error
+	for p := range o.size {
+		if p == o.rank {
+			continue
+		}
+		for _, ch := range []int{sendChan(p), recvChan(p)} {
+			if eng.streams[ch], err = cuda.NewStream(dev); err != nil {
+				return fmt.Errorf("nccl: creating a stream on %v: %w", dev, err)
+			}
+		}
+	}
+	if o.world {
+		if eng.streams[worldChan(o.size)], err = cuda.NewStream(dev); err != nil {
+			return fmt.Errorf("nccl: creating a stream on %v: %w", dev, err)
+		}
+	}
+	if o.share {
+		// Given to the engine first, so that fail's close destroys
+		// those made if one fails.
+		eng.setShared(make([]*cuda.Stream, o.size))
+		for p := range o.size {
+			if p == o.rank {
+				continue
+			}
+			if eng.shared[p], err = cuda.NewStream(dev); err != nil {
+				return fmt.Errorf("nccl: creating a stream on %v: %w", dev, err)
+			}
+		}
+	}
+	return nil
+}
+
+// startFlags sets up the completion words (device.useFlags) on a
+// goroutine of its own, while the ranks meet and NCCL creates the
+// communicators (page-locked memory takes a while to allocate), unless
+// EventsEnv=1. It returns the wait for that, to be called once, before
+// anything else touches the engine's memory.
+func (o *opening) startFlags() (join func()) {
+	eng := o.eng
+	flagsDone := make(chan error, 1)
+	if o.events {
+		flagsDone <- errors.New(EventsEnv + "=1")
+	} else {
+		next := sendChan((o.rank + 1) % o.size)
+		go func() { flagsDone <- eng.useFlags(len(eng.comms), eng.streams[next]) }()
+	}
+	return func() {
+		if ferr := <-flagsDone; ferr != nil {
+			o.trace.phase("completion by events: " + ferr.Error())
+		} else {
+			o.trace.phase("completion by words in page-locked memory")
+		}
+	}
+}
+
+// fail undoes what Open made before err: the other ranks are told first
+// (an abort may wait for its peer's), then the engine's communicators are
+// aborted and its memory freed (device.close).
+func (o *opening) fail(err error) error {
+	if o.ctl != nil {
+		o.ctl.abort(err)
+		o.ctl.close()
+	}
+	if aerr := o.eng.close(); aerr != nil {
+		err = joinAbort(err, aerr)
+	}
+	return err
+}
+
+// makeConn makes the communicator around the engine and the host
+// connection, and starts its goroutines.
+func (o *opening) makeConn() *conn {
+	var tr *traceStats
+	if o.trace.on {
+		tr = &traceStats{}
+	}
+	return newConn(connOptions{
+		rank: o.rank, size: o.size, dev: int(o.lo.dev), check: o.cfg.Check,
+		eng: o.eng, ctl: o.ctl, trace: tr, world: o.world,
+	})
+}
+
+// connect makes first contact on every channel: in one NCCL group over
+// all of them with blocking communicators (device.connectBlocking), as
+// operations of c with non-blocking ones (conn.connectAll).
+func (o *opening) connect(ctx context.Context, c *conn) error {
+	if o.eng.blocking {
+		return o.eng.connectBlocking(ctx, o.rank, o.size)
+	}
+	base := o.eng.warm.Ptr()
+	return c.connectAll(ctx, func(p int) (send, recv op) {
+		send = op{peer: p, typ: backend.Uint8, count: 1, addr: base}
+		recv = op{peer: p, recv: true, typ: backend.Uint8, count: 1, addr: base + uintptr(1+p)}
+		return send, recv
+	})
+}
+
+// pickDevice chooses this rank's GPU among n (backend.PickDevice).
+func pickDevice(cfg backend.Config, n int) (cuda.Device, error) {
+	d, err := backend.PickDevice(cfg, n)
+	if err != nil {
+		return 0, fmt.Errorf("nccl: %w", err)
+	}
+	return cuda.Device(d), nil
+}
+
+// local is what a rank sets up before it meets the others.
+type local struct {
+	lib   *library
+	dev   cuda.Device
+	hooks *devHooks
+	host  string
+	bus   string
+	// ids[p] is the NCCL unique ID of the channel from this rank to rank
+	// p (zero at this rank).
+	ids [][idBytes]byte
+}
+
+// setupLocal loads NCCL, picks and prepares the GPU, and creates the NCCL
+// unique IDs of the channels this rank sends on.
+func setupLocal(cfg backend.Config) (*local, error) {
+	lib, err := loadLibrary(libraryPath(cfg.Getenv))
+	if err != nil {
+		return nil, err
+	}
+	n, err := gpus()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := pickDevice(cfg, n)
+	if err != nil {
+		return nil, err
+	}
+	lo := &local{lib: lib, dev: dev, ids: make([][idBytes]byte, cfg.Job.Size)}
+	world, err := collectivesMode(cfg.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	lo.host, _ = os.Hostname()
+	lo.bus, _ = dev.PCIBusID()
+	if lo.hooks, err = newDevHooks(dev); err != nil {
+		return nil, fmt.Errorf("nccl: preparing %v: %w", dev, err)
+	}
+	for p := range lo.ids {
+		// Rank 0's own entry is the ID of the communicator of every rank
+		// (zero: none).
+		if p != cfg.Job.Rank || p == 0 && world && cfg.Job.Size > 1 {
+			if lo.ids[p], err = lib.uniqueID(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return lo, nil
+}

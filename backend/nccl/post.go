@@ -1,0 +1,181 @@
+package nccl
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// validate checks a buffer before it is queued.
+func (c *conn) validate(buf backend.Buffer) error {
+	if !buf.Type.Valid() {
+		return fmt.Errorf("%w: element type %v", backend.ErrInvalid, buf.Type)
+	}
+	if buf.Count < 0 {
+		return fmt.Errorf("%w: negative count %d", backend.ErrInvalid, buf.Count)
+	}
+	if buf.Count > 0 && buf.Ptr == nil {
+		return fmt.Errorf("%w: a buffer of %d elements with no memory", backend.ErrInvalid, buf.Count)
+	}
+	switch buf.Mem {
+	case backend.Host:
+	case backend.Device:
+		if buf.Device != c.dev {
+			return fmt.Errorf("%w: the buffer is on cuda:%d, this rank's communicator on cuda:%d (one GPU per rank; see %s)",
+				backend.ErrInvalid, buf.Device, c.dev, DeviceEnv)
+		}
+	default:
+		return fmt.Errorf("%w: memory kind %d", backend.ErrInvalid, buf.Mem)
+	}
+	return nil
+}
+
+// usableLocked reports why a send to (or a receive from) rank peer
+// cannot start. A rank that left can still be received from: in checked
+// mode, the messages it announced before it left (matchRecvLocked refuses
+// the others); otherwise any (a receive of a message it never sent then
+// fails lostGrace later).
+func (c *conn) usableLocked(peer int, recv bool) error {
+	if c.fatal != nil {
+		return c.fatal
+	}
+	if peer == c.rank {
+		return nil
+	}
+	ch := sendChan(peer)
+	if recv {
+		ch = recvChan(peer)
+	}
+	if err := c.chans[ch].err; err != nil {
+		return err
+	}
+	if p := &c.peers[peer]; p.lost != nil && !recv {
+		return p.lost
+	}
+	return nil
+}
+
+// Isend implements backend.Conn. It queues the send and returns at once;
+// the send reaches NCCL at the next wait, test or Done on this
+// communicator. buf must not change until the request completes. A send to
+// this rank itself is matched and copied at once and completes at once.
+func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend.Request, error) {
+	return c.post(false, buf, dest, tag, caller)
+}
+
+// Irecv implements backend.Conn. It queues the receive and returns at
+// once. Without checks, the receive takes the next message from source
+// that no earlier receive from source takes, whatever its tag (NCCL
+// delivers in order and has no tags); with checks, the oldest message from
+// source with its tag (match.go); from this rank itself, the oldest with
+// its tag. AnySource and AnyTag are not supported.
+func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
+	if source == backend.AnySource || tag == backend.AnyTag {
+		return nil, fmt.Errorf("%w: the nccl backend cannot match AnySource or AnyTag: a receive must name its source and tag "+
+			"(NCCL delivers each rank's messages in order; use the tcp backend for wildcards)",
+			backend.ErrNotSupported)
+	}
+	return c.post(true, buf, source, tag, caller)
+}
+
+// post is what Isend and Irecv share: it checks the peer and the buffer,
+// hands a message with a negative tag to the host connection (internal),
+// and otherwise makes the request and, with the mutex held, places it
+// (placeSendLocked, placeRecvLocked) if its channel is usable. A request
+// that cannot be placed is recycled, never handed out.
+func (c *conn) post(recv bool, buf backend.Buffer, peer, tag int, caller uintptr) (backend.Request, error) {
+	if peer < 0 || peer >= c.size {
+		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, peer, c.size)
+	}
+	if err := c.validate(buf); err != nil {
+		return nil, err
+	}
+	if tag < 0 && peer != c.rank {
+		return c.internal(recv, buf, peer, tag, caller)
+	}
+	r := newRequest(c, recv, buf, peer, tag, caller)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.trace != nil {
+		c.trace.posted(time.Now())
+	}
+	err := c.usableLocked(peer, recv)
+	if err == nil {
+		if recv {
+			err = c.placeRecvLocked(r)
+		} else {
+			err = c.placeSendLocked(r)
+		}
+	}
+	if err != nil {
+		r.recycle()
+		return nil, err
+	}
+	return r, nil
+}
+
+// placeSendLocked places send r: to this rank itself, it is matched and
+// copied at once (self.go); to another, with checks its envelope goes to
+// the receiver first (control.go), and it is queued.
+func (c *conn) placeSendLocked(r *request) error {
+	if r.peer == c.rank {
+		return c.sendSelfLocked(r)
+	}
+	if c.check {
+		p := &c.peers[r.peer]
+		r.seq = p.sendSeq
+		env := envelope{seq: r.seq, tag: int32(r.tag), typ: r.buf.Type, count: r.buf.Count}
+		if err := c.ctl.sendEnvelope(r.peer, &env, &c.envOut); err != nil {
+			return err
+		}
+		p.sendSeq++
+	}
+	c.queue = append(c.queue, r)
+	return nil
+}
+
+// placeRecvLocked places receive r: from this rank itself, it is matched
+// in memory (self.go); with checks, against the messages its peer
+// announced (match.go), failing with why the peer is gone if it can never
+// match; otherwise it is queued.
+func (c *conn) placeRecvLocked(r *request) error {
+	if r.peer == c.rank {
+		c.recvSelfLocked(r)
+		return nil
+	}
+	if c.check {
+		if !c.matchRecvLocked(r) {
+			return c.peers[r.peer].lost // not nil: matchRecvLocked says so
+		}
+		return nil
+	}
+	c.queue = append(c.queue, r)
+	return nil
+}
+
+// internal sends or receives a message with a negative tag: the
+// library's own traffic (mp's Barrier), which travels over the host
+// connection and is matched there by tag. Kept off NCCL, it can never be
+// taken by a user's receive posted before it, as it would be on a channel
+// that delivers in order whatever the tags.
+func (c *conn) internal(recv bool, buf backend.Buffer, peer, tag int, caller uintptr) (backend.Request, error) {
+	c.mu.Lock()
+	err := c.fatal
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if buf.Mem != backend.Host {
+		return nil, fmt.Errorf("%w: messages with negative tags (the library's own) travel over the host connection and must be in host memory",
+			backend.ErrNotSupported)
+	}
+	// The program's queued operations go to NCCL now: a rank about to
+	// wait for the library's messages (a Barrier, a collective over
+	// point-to-point) must not hold back a send its peers wait for first.
+	c.poke()
+	if recv {
+		return c.ctl.tc.Irecv(buf, peer, tag, caller)
+	}
+	return c.ctl.tc.Isend(buf, peer, tag, caller)
+}

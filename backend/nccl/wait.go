@@ -1,0 +1,88 @@
+package nccl
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// poke flushes the queue and polls the groups in flight, without blocking.
+func (c *conn) poke() {
+	c.mu.Lock()
+	c.issueLocked()
+	c.progressLocked()
+	c.mu.Unlock()
+}
+
+// wait flushes the queue and waits for r to complete, at most timeout if
+// positive. It polls from this goroutine for up to spinFor, then sleeps
+// on r's Done channel while the progress goroutine polls.
+func (c *conn) wait(r *request, timeout time.Duration) error {
+	c.spinners.Add(1)
+	spinning := true
+	defer func() {
+		if spinning {
+			c.spinners.Add(-1)
+			if c.busy.Load() {
+				c.kick()
+			}
+		}
+	}()
+	if c.trace != nil {
+		defer func() {
+			now := time.Now()
+			c.mu.Lock()
+			c.trace.returned(now)
+			c.mu.Unlock()
+		}()
+	}
+	c.poke()
+	if r.done.Load() {
+		return nil
+	}
+	start := time.Now()
+	now := start
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = start.Add(timeout)
+	}
+	for i := 1; !r.done.Load(); i++ {
+		if i%spinClock == 0 {
+			now = time.Now()
+		}
+		if timeout > 0 && !now.Before(deadline) {
+			return fmt.Errorf("%w after %v", backend.ErrTimeout, timeout)
+		}
+		if now.Sub(start) < spinFor {
+			if i%spinYield == 0 {
+				runtime.Gosched()
+			}
+			c.mu.Lock()
+			c.progressLocked()
+			c.mu.Unlock()
+			continue
+		}
+		// Sleep until completion, a deadline, or a periodic re-poll (a
+		// safety net: the progress goroutine should see to everything).
+		if spinning {
+			spinning = false
+			c.spinners.Add(-1)
+		}
+		c.kick()
+		nap := 10 * time.Millisecond
+		if timeout > 0 {
+			nap = min(nap, deadline.Sub(now))
+		}
+		t := time.NewTimer(nap)
+		select {
+		case <-r.doneChan():
+		case <-t.C:
+		}
+		t.Stop()
+		c.poke()
+		now = time.Now()
+	}
+	return nil
+}

@@ -1,0 +1,42 @@
+// Package errs holds courier's sentinel errors, in a leaf that imports
+// nothing of courier, so that every layer can report through the same
+// values: backend, mp and cuda re-export them (mp.ErrTimeout ==
+// backend.ErrTimeout == errs.ErrTimeout), as cilium/ebpf re-exports
+// internal.ErrNotSupported. Users match the re-exported names with
+// errors.Is; this package is for courier's own packages.
+package errs
+
+import "errors"
+
+// The sentinels. Their texts are what users read inside wrapped errors
+// ("courier: recv on rank 1 with rank 0, tag 7: message truncated: …").
+var (
+	// ErrNotSupported: the operation or the backend cannot work here (no
+	// GPU, no library, a wildcard the transport cannot match). The wrapped
+	// error says why.
+	ErrNotSupported = errors.New("not supported")
+	// ErrTruncate: a message is larger than the buffer posted to receive it.
+	ErrTruncate = errors.New("message truncated")
+	// ErrMismatch: sender and receiver disagree on element type, count or
+	// tag (reported by the checks of COURIER_CHECK=1, and always for
+	// element types on transports that carry them).
+	ErrMismatch = errors.New("sender and receiver disagree")
+	// ErrClosed: the communicator was closed.
+	ErrClosed = errors.New("communicator closed")
+	// ErrTimeout: a wait took longer than the communicator's timeout.
+	ErrTimeout = errors.New("timed out")
+	// ErrPeerLost: the peer's process or connection went away.
+	ErrPeerLost = errors.New("peer lost")
+	// ErrAborted: the communicator was aborted (Comm.Abort); the error
+	// passed to Abort is wrapped beside it.
+	ErrAborted = errors.New("communicator aborted")
+	// ErrInvalid: an argument is out of range (a rank outside the
+	// communicator, a negative tag, a nil or destroyed object).
+	ErrInvalid = errors.New("invalid argument")
+)
+
+// ErrPeerClosed is wrapped, beside ErrPeerLost, in the error of operations
+// with a rank that closed its communicator in order (said goodbye), as
+// opposed to one that aborted or whose process vanished: everything that
+// rank sent before it closed was delivered. Its text completes "rank N …".
+var ErrPeerClosed = errors.New("closed its communicator")
