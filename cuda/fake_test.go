@@ -30,7 +30,7 @@ var fakeBuilds struct {
 }
 
 // fakeActive is set while a test has a fake driver in place of the real
-// one; requireGPU refuses to run then.
+// one; requireGPUs refuses to run then.
 var fakeActive bool
 
 // buildFake compiles the fake driver with extra C flags (one library per
