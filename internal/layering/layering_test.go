@@ -53,7 +53,7 @@ var allowed = map[string][]string{
 	// examples, and the test helpers.
 	"internal/ranktest":             {"bootstrap", "mp"},
 	"internal/conformance":          {"mp"},
-	"internal/conformance/proctest": {"bootstrap", "internal/conformance", "mp"},
+	"internal/conformance/proctest": {"bootstrap", "internal/conformance", "internal/ranktest", "mp"},
 	"internal/bench":                {"cuda", "mp"},
 	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/launch", "mp"},
 	"examples/...":                  {"cuda", "mp"},
