@@ -6,7 +6,8 @@
 // or, where TestMain tears something down after m.Run, with
 // code = leakcheck.Check(code) after the teardown. The goroutines are found
 // by go.uber.org/goleak, which leaves out those of the runtime and the
-// testing package on its own.
+// testing package on its own; a package names the functions of the
+// goroutines that may outlive its tests, and why, in its call.
 package leakcheck
 
 import (
@@ -23,13 +24,18 @@ const patience = 5 * time.Second
 
 // Check returns code, or 1 when code is 0 (the tests passed) and
 // goroutines other than the caller's are still running after a few
-// seconds; it then lists their stacks on stderr. ignore adds goroutines
-// that may stay (goleak.IgnoreTopFunction and its kin). While fuzzing
-// (-test.fuzz) it checks nothing: the fuzzing engine's workers come and go
-// on their own.
-func Check(code int, ignore ...goleak.Option) int {
+// seconds; it then lists their stacks on stderr. A goroutine with one of
+// the functions named in stays on its stack (as the runtime names them:
+// "example.com/pkg.(*T).run.func1") may stay. While fuzzing (-test.fuzz)
+// it checks nothing: the fuzzing engine's workers come and go on their
+// own.
+func Check(code int, stays ...string) int {
 	if code != 0 || fuzzing() {
 		return code
+	}
+	var ignore []goleak.Option
+	for _, f := range stays {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
 	}
 	if err := find(patience, ignore...); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the tests leaked goroutines: %v\n", err)
