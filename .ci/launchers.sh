@@ -16,23 +16,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
+me=launchers.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source .ci/lib.sh
+
 limit=120 # seconds for each launch
 
-die() {
-  echo "launchers.sh: $*" >&2
-  exit 1
-}
-
-# Open MPI's mpirun.
-mpirun=mpirun
-if ! { command -v "$mpirun" >/dev/null && [[ $("$mpirun" --version 2>&1) == *'Open MPI'* ]]; }; then
-  mpirun=mpirun.openmpi
-  command -v "$mpirun" >/dev/null || die "no Open MPI mpirun on PATH (apt-get install -y openmpi-bin)"
-fi
+openmpi_mpirun openmpi-bin
 # MPICH's Hydra.
 mpiexec=mpiexec.mpich
-command -v "$mpiexec" >/dev/null || die "no mpiexec.mpich on PATH (apt-get install -y mpich)"
-[[ $("$mpiexec" --version 2>&1) == *HYDRA* ]] || die "$mpiexec is not MPICH's Hydra"
+command -v "$mpiexec" >/dev/null || fail "no mpiexec.mpich on PATH (apt-get install -y mpich)"
+[[ $("$mpiexec" --version 2>&1) == *HYDRA* ]] || fail "$mpiexec is not MPICH's Hydra"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -40,29 +34,6 @@ trap 'rm -rf "$tmp"' EXIT
 echo "== build examples/ring (no mpi tag)"
 go build -o "$tmp/ring" ./examples/ring
 ring="$tmp/ring"
-
-# check NAME N OUT: the ring of N ranks in OUT went round, every rank done.
-check() {
-  local name=$1 n=$2 out=$3
-  local laps done_ranks
-  laps=$(grep -c "token went round $n ranks and came back" "$out" || true)
-  if [ "$laps" -ne 3 ]; then
-    cat "$out"
-    die "$name: the token came back $laps times, want 3"
-  fi
-  for ((r = 0; r < n; r++)); do
-    grep -q "rank $r of $n done" "$out" || {
-      cat "$out"
-      die "$name: rank $r of $n did not finish"
-    }
-  done
-  done_ranks=$(grep -c " of $n done" "$out" || true)
-  [ "$done_ranks" -eq "$n" ] || {
-    cat "$out"
-    die "$name: $done_ranks ranks finished, want $n"
-  }
-  echo "$name: ok ($laps laps, $n ranks)"
-}
 
 # launch NAME N COMMAND...: runs COMMAND with a clean environment and checks
 # the ring's output.
@@ -73,8 +44,8 @@ launch() {
   echo "== $name: $*"
   timeout "$limit" env -i PATH="$PATH" HOME="${HOME:-/}" "$@" >"$out" 2>&1 || rc=$?
   cat "$out"
-  [ "$rc" -eq 0 ] || die "$name exited with $rc"
-  check "$name" "$n" "$out"
+  [ "$rc" -eq 0 ] || fail "$name exited with $rc"
+  check_ring "$name" "$n" "$out"
 }
 
 launch openmpi 4 "$mpirun" --allow-run-as-root --oversubscribe -np 4 "$ring"
@@ -98,8 +69,8 @@ for r in 0 1 2; do
     failed=1
   fi
 done
-[ "$failed" -eq 0 ] || die "slurm: a rank failed"
+[ "$failed" -eq 0 ] || fail "slurm: a rank failed"
 cat "$tmp"/slurm.*.out >"$tmp/slurm.out"
-check slurm 3 "$tmp/slurm.out"
+check_ring slurm 3 "$tmp/slurm.out"
 
 echo "== launchers: all passed"

@@ -19,22 +19,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
+me=mpi-launchers.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source .ci/lib.sh
+
 limit=120 # seconds for each launch
 
-fail() {
-  echo "mpi-launchers.sh: FAIL: $*" >&2
-  exit 1
-}
-
-# Open MPI's mpirun: "mpirun" may be MPICH's when both are installed.
-mpirun=
-for m in mpirun mpirun.openmpi; do
-  if command -v "$m" >/dev/null && [[ $("$m" --version 2>&1) == *'Open MPI'* ]]; then
-    mpirun=$m
-    break
-  fi
-done
-[ -n "$mpirun" ] || fail "no Open MPI mpirun on PATH (apt-get install -y openmpi-bin libopenmpi-dev)"
+openmpi_mpirun "openmpi-bin libopenmpi-dev"
 pkg-config --exists ompi || fail "pkg-config cannot find ompi (apt-get install -y libopenmpi-dev)"
 v=$("$mpirun" --version 2>&1)
 echo "== ${v%%$'\n'*} ($(command -v "$mpirun"))"
@@ -55,18 +46,6 @@ mpi4() {
   clean "$mpirun" --allow-run-as-root --oversubscribe -np 4 "$@"
 }
 
-# expect_ring NAME N OUT: the ring of N ranks whose output is OUT went
-# round 3 times and every rank finished.
-expect_ring() {
-  local name=$1 n=$2 out=$3 laps r
-  laps=$(grep -c "token went round $n ranks and came back" "$out" || true)
-  [ "$laps" -eq 3 ] || fail "$name: the token came back $laps times, want 3"
-  for ((r = 0; r < n; r++)); do
-    grep -q "^rank $r of $n done" "$out" || fail "$name: rank $r of $n did not finish"
-  done
-  echo "-- $name: ok (3 laps, $n ranks done)"
-}
-
 # run NAME COMMAND...: runs COMMAND, shows its output, fails on its failure;
 # the output is left in $tmp/NAME.out.
 run() {
@@ -85,17 +64,17 @@ go test -c -tags mpi -o "$tmp/bootstrap-mpi.test" ./bootstrap/
 
 # MPI itself gives the ranks and carries the bootstrap's all-gather.
 run ring-mpi mpi4 "$tmp/ring-mpi"
-expect_ring ring-mpi 4 "$tmp/ring-mpi.out"
+check_ring ring-mpi 4 "$tmp/ring-mpi.out"
 
 # No MPI linked: the ranks read Open MPI's variables and find each other on
 # this host through the address file rank 0 publishes (bootstrap's
 # same-host discovery).
 run ring-nompi mpi4 "$tmp/ring"
-expect_ring ring-nompi 4 "$tmp/ring-nompi.out"
+check_ring ring-nompi 4 "$tmp/ring-nompi.out"
 
 # Linked with MPI, started alone: MPI's singleton is a job of one rank.
 run ring-mpi-singleton clean "$tmp/ring-mpi"
-expect_ring ring-mpi-singleton 1 "$tmp/ring-mpi-singleton.out"
+check_ring ring-mpi-singleton 1 "$tmp/ring-mpi-singleton.out"
 
 # Linked with MPI, started alone with a launcher's variable: MPI sees 1 rank,
 # the environment says 4. That must fail, and say so; never a lone rank 0.

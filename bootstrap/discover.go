@@ -214,6 +214,21 @@ func tryJoin(ctx context.Context, job Job, key, addr string) (*client, error) {
 	return attach(actx, conn, job, key, addr)
 }
 
+// checkDir makes sure the directory of the address files is a directory
+// (not a link to one) that only this user can write to (checkOwner, where
+// the platform can tell): otherwise another user could point the ranks at
+// a rendezvous of their own.
+func checkDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return checkOwner(dir, fi)
+}
+
 // writeAddrFile publishes addr in path, atomically: readers see the whole
 // address or no file (or an older one).
 func writeAddrFile(dir, path, addr string) error {

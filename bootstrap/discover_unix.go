@@ -4,21 +4,14 @@ package bootstrap
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"syscall"
 )
 
-// checkDir makes sure the directory of the address files is a directory
-// (not a link to one) that only this user can write to: otherwise another
-// user could point the ranks at a rendezvous of their own.
-func checkDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
+// checkOwner makes sure directory dir (fi) belongs to this user and only
+// this user can write to it.
+func checkOwner(dir string, fi fs.FileInfo) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("%s belongs to uid %d, not to this user (uid %d)", dir, st.Uid, os.Geteuid())
 	}

@@ -21,7 +21,7 @@ import (
 //   - tests that need no driver (argument checks, the loader's errors, the
 //     error type), which run everywhere, with cgo on or off;
 //   - driver tests, run by eachDriver twice: as subtest "gpu" against the
-//     real driver (skipped without a GPU, see requireGPU) and as subtest
+//     real driver (skipped without a GPU, see requireGPUs) and as subtest
 //     "fake" against testdata/fakecuda.c (skipped without cgo or a C
 //     compiler);
 //   - a few fake-only tests of behaviour a real GPU cannot show on demand.
@@ -35,13 +35,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireGPU skips t unless the real driver works here with at least one
-// device; see requireGPUs.
-func requireGPU(t *testing.T) {
-	t.Helper()
-	requireGPUs(t, 1)
-}
-
 // requireGPUs skips t unless the real driver works here with at least n
 // devices. It cannot lie on a GPU machine:
 //
@@ -53,7 +46,7 @@ func requireGPU(t *testing.T) {
 func requireGPUs(t *testing.T, n int) {
 	t.Helper()
 	if fakeActive {
-		t.Fatal("requireGPU called while the fake driver is in place")
+		t.Fatal("requireGPUs called while the fake driver is in place")
 	}
 	required := 0
 	if v := os.Getenv("COURIER_REQUIRE_GPU"); v != "" {

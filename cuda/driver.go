@@ -1,8 +1,9 @@
 package cuda
 
 // driverAPI is what the rest of the package needs from the C layer
-// (driver_cgo.go, or driver_nocgo.go when cgo is off). It exists so the two
-// files cannot drift apart: both must give *driver exactly these methods.
+// (driver_cgo.go over driver.c, or driver_nocgo.go when cgo is off). It
+// exists so the two Go files cannot drift apart: both must give *driver
+// exactly these methods.
 //
 // Handles (contexts, streams, events, modules, functions) and device
 // pointers travel as uintptr; host memory travels as []byte, never empty.

@@ -12,12 +12,16 @@ import (
 
 // The fake driver: testdata/fakecuda.c, built with the C compiler into a
 // shared library and loaded through the package's own loader, so that the
-// Go and C layers run end to end without a GPU. The source is embedded, so
-// a test binary carried to another machine can still build it there when
-// that machine has a C compiler (and skips the fake subtests when not).
+// Go and C layers run end to end without a GPU. The source and the header
+// it shares with the loader (driver.h) are embedded, so a test binary
+// carried to another machine can still build it there when that machine
+// has a C compiler (and skips the fake subtests when not).
 
 //go:embed testdata/fakecuda.c
 var fakeSource string
+
+//go:embed driver.h
+var fakeHeader string
 
 var fakeBuilds struct {
 	mu    sync.Mutex
@@ -26,7 +30,7 @@ var fakeBuilds struct {
 }
 
 // fakeActive is set while a test has a fake driver in place of the real
-// one; requireGPU refuses to run then.
+// one; requireGPUs refuses to run then.
 var fakeActive bool
 
 // buildFake compiles the fake driver with extra C flags (one library per
@@ -60,6 +64,9 @@ func buildFake(t *testing.T, flags ...string) string {
 	}
 	src := filepath.Join(fakeBuilds.dir, "fakecuda.c")
 	if err := os.WriteFile(src, []byte(fakeSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fakeBuilds.dir, "driver.h"), []byte(fakeHeader), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(fakeBuilds.dir, "libfakecuda"+string(rune('a'+len(fakeBuilds.built)))+".so")

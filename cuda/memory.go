@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sync"
@@ -422,6 +423,9 @@ type span struct {
 	bytes int64
 }
 
+// byStart orders spans by their start, for binary searches by address.
+func byStart(s span, p uintptr) int { return cmp.Compare(s.start, p) }
+
 func (m *memTable) addDevice(p uintptr, bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -446,15 +450,7 @@ func (m *memTable) takeDevice(p uintptr, bytes int64) bool {
 func (m *memTable) addHost(p uintptr, bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(m.host, p, func(s span, p uintptr) int {
-		switch {
-		case s.start < p:
-			return -1
-		case s.start > p:
-			return 1
-		}
-		return 0
-	})
+	i, _ := slices.BinarySearchFunc(m.host, p, byStart)
 	m.host = slices.Insert(m.host, i, span{p, bytes})
 }
 
@@ -472,15 +468,7 @@ func (m *memTable) takeHost(p uintptr, bytes int64) bool {
 // findHost returns the index of the span that contains address p.
 func (m *memTable) findHost(p uintptr) (int, bool) {
 	// The last span starting at or before p.
-	i, found := slices.BinarySearchFunc(m.host, p, func(s span, p uintptr) int {
-		switch {
-		case s.start < p:
-			return -1
-		case s.start > p:
-			return 1
-		}
-		return 0
-	})
+	i, found := slices.BinarySearchFunc(m.host, p, byStart)
 	if !found {
 		i--
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/courier-mp/courier/internal/leakcheck"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv("COURIER_TEST_ROLE"); role != "" {
 		os.Exit(rankMain(role))
 	}
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Check(m.Run()))
 }
 
 func rankMain(role string) int {

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # me, row, cmd_c and cmd_courier are the script's
 # compare-lib.sh: what scripts/gpu-compare.sh and scripts/gpu-coll.sh have
-# in common, sourced by both (it is not run by itself). Each of them sets
+# in common, sourced by both (it is not run by itself), the awk functions
+# of their tables included (table_lib). Each of them sets
 # me (its name, for messages) before calling anything here, and before
 # run_rounds: cmd_c and cmd_courier (the two command lines), LIMIT (the
 # seconds a run may take) and row (an extended regexp that matches a result
@@ -11,6 +12,55 @@
 
 failed=() # "round N C (why)", for the report
 ok=()     # the awk operands: side=c FILE or side=courier FILE, in round order
+
+# table_lib: the awk functions both scripts' table programs start with.
+# The values of a measure KEY on a SIDE (c or courier) are
+# val[SIDE, KEY, 1..n[SIDE, KEY]], in round order; the measures are
+# keys[1..nkeys], and sort_keys orders them by the program's own
+# before(X, Y).
+# shellcheck disable=SC2016,SC2034 # awk's $ fields, not the shell's; for the scripts
+table_lib='
+	function isnum(s) { return s ~ /^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
+	function isint(s) { return s ~ /^[0-9]+$/ }
+	function human(b) {
+		if (b >= 1073741824 && b % 1073741824 == 0) return (b / 1073741824) " GiB"
+		if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) " MiB"
+		if (b >= 1024 && b % 1024 == 0) return (b / 1024) " KiB"
+		return b " B"
+	}
+	# median(SIDE, KEY): of the values, sorted; "" when there are none.
+	function median(s, key,    c, i, j, t, a) {
+		c = n[s, key] + 0
+		if (c == 0) return ""
+		for (i = 1; i <= c; i++) a[i] = val[s, key, i] + 0
+		for (i = 2; i <= c; i++) {
+			t = a[i]
+			for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]
+			a[j + 1] = t
+		}
+		if (c % 2 == 1) return a[(c + 1) / 2]
+		return (a[c / 2] + a[c / 2 + 1]) / 2
+	}
+	# values(SIDE, KEY): every value, in round order; "-" if none.
+	function values(s, key,    c, i, out) {
+		c = n[s, key] + 0
+		out = ""
+		for (i = 1; i <= c; i++) out = out (i > 1 ? " " : "") val[s, key, i]
+		return c ? out : "-"
+	}
+	# fmt(V, F): V printed with format F, or "-" when missing.
+	function fmt(v, f) { return v == "" ? "-" : sprintf(f, v) }
+	# ratio(A, B): A / B, or "-" when either is missing or B is 0.
+	function ratio(a, b) { return (a != "" && b != "" && b + 0 > 0) ? sprintf("%.3f", a / b) : "-" }
+	# sort_keys: keys[1..nkeys] in the order of before(X, Y).
+	function sort_keys(    i, j, t) {
+		for (i = 2; i <= nkeys; i++) {
+			t = keys[i]
+			for (j = i - 1; j >= 1 && before(t, keys[j]); j--) keys[j + 1] = keys[j]
+			keys[j + 1] = t
+		}
+	}
+'
 
 # rounds_arg [ROUNDS]: ROUNDS from the script's first argument (default 5);
 # exit status 2, with the usage, when it is not a positive number.

@@ -85,39 +85,9 @@ run_rounds
 # after the fifth. In a run, the first row of each (collective, bytes)
 # counts. Rows are sorted by collective, in the order of COLL, then bytes.
 table() {
-	awk -v order="$COLL" '
-	function isnum(s) { return s ~ /^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
-	function isint(s) { return s ~ /^[0-9]+$/ }
-	function human(b) {
-		if (b >= 1073741824 && b % 1073741824 == 0) return (b / 1073741824) " GiB"
-		if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) " MiB"
-		if (b >= 1024 && b % 1024 == 0) return (b / 1024) " KiB"
-		return b " B"
-	}
-	# median(SIDE, KEY, WHAT): of the values (WHAT: "time" or "busbw"),
-	# sorted; "" when there are none.
-	function median(s, key, what,    c, i, j, t, a) {
-		c = n[s, key] + 0
-		if (c == 0) return ""
-		for (i = 1; i <= c; i++) a[i] = val[s, key, what, i] + 0
-		for (i = 2; i <= c; i++) {
-			t = a[i]
-			for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]
-			a[j + 1] = t
-		}
-		if (c % 2 == 1) return a[(c + 1) / 2]
-		return (a[c / 2] + a[c / 2 + 1]) / 2
-	}
-	# values(SIDE, KEY, WHAT): every value, in round order; "-" if none.
-	function values(s, key, what,    c, i, out) {
-		c = n[s, key] + 0
-		out = ""
-		for (i = 1; i <= c; i++) out = out (i > 1 ? " " : "") val[s, key, what, i]
-		return c ? out : "-"
-	}
-	function fmt(v, f) { return v == "" ? "-" : sprintf(f, v) }
-	# ratio(A, B): A / B, or "-" when either is missing or B is 0.
-	function ratio(a, b) { return (a != "" && b != "" && b + 0 > 0) ? sprintf("%.3f", a / b) : "-" }
+	awk -v order="$COLL" "$table_lib"'
+	# A measure is a collective and size (KEY) and what was measured:
+	# KEY SUBSEP "time" and KEY SUBSEP "busbw".
 	function before(x, y) {
 		if (pos[collof[x]] != pos[collof[y]]) return pos[collof[x]] < pos[collof[y]]
 		return bytesof[x] + 0 < bytesof[y] + 0
@@ -140,28 +110,26 @@ table() {
 			# a collective not in COLL goes after those that are
 			if (!($1 in pos)) pos[$1] = ++ncoll
 		}
-		c = ++n[side, key]
+		c = ++n[side, key, "time"]
+		n[side, key, "busbw"] = c
 		val[side, key, "time", c] = $3
 		val[side, key, "busbw", c] = $5
 	}
 	END {
-		for (i = 2; i <= nkeys; i++) {
-			t = keys[i]
-			for (j = i - 1; j >= 1 && before(t, keys[j]); j--) keys[j + 1] = keys[j]
-			keys[j + 1] = t
-		}
+		sort_keys()
 		print "| collective | bytes | C time (µs) | courier time (µs) | courier/C time | C busbw (GB/s) | courier busbw (GB/s) | courier/C busbw | C times | courier times | C busbw | courier busbw |"
 		print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |"
 		for (i = 1; i <= nkeys; i++) {
 			k = keys[i]
-			tc = median("c", k, "time"); tr = median("courier", k, "time")
-			bc = median("c", k, "busbw"); br = median("courier", k, "busbw")
+			tk = k SUBSEP "time"; bk = k SUBSEP "busbw"
+			tc = median("c", tk); tr = median("courier", tk)
+			bc = median("c", bk); br = median("courier", bk)
 			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", \
 				collof[k], human(bytesof[k]), \
 				fmt(tc, "%.2f"), fmt(tr, "%.2f"), ratio(tr, tc), \
 				fmt(bc, "%.2f"), fmt(br, "%.2f"), ratio(br, bc), \
-				values("c", k, "time"), values("courier", k, "time"), \
-				values("c", k, "busbw"), values("courier", k, "busbw")
+				values("c", tk), values("courier", tk), \
+				values("c", bk), values("courier", bk)
 		}
 		if (nkeys == 0) print "| (no results) | - | - | - | - | - | - | - | - | - | - | - |"
 		print ""

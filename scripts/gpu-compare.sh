@@ -66,15 +66,7 @@ run_rounds
 # stderr and NCCL's warnings included, is skipped, and so is a row whose
 # numbers do not parse). In a run, the first row of each measure counts.
 table() {
-	awk '
-	function isnum(s) { return s ~ /^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
-	function isint(s) { return s ~ /^[0-9]+$/ }
-	function human(b) {
-		if (b >= 1073741824 && b % 1073741824 == 0) return (b / 1073741824) " GiB"
-		if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) " MiB"
-		if (b >= 1024 && b % 1024 == 0) return (b / 1024) " KiB"
-		return b " B"
-	}
+	awk "$table_lib"'
 	# add(KEY, KIND, BYTES, VALUE): one value of this run for KEY.
 	function add(key, kind, bytes, v) {
 		if ((FILENAME, side, key) in seen) return 0
@@ -88,25 +80,6 @@ table() {
 		n[side, key]++
 		val[side, key, n[side, key]] = v
 		return 1
-	}
-	# median(SIDE, KEY): of the values, sorted; "" when there are none.
-	function median(s, key,    c, i, j, t, a) {
-		c = n[s, key] + 0
-		if (c == 0) return ""
-		for (i = 1; i <= c; i++) a[i] = val[s, key, i] + 0
-		for (i = 2; i <= c; i++) {
-			t = a[i]
-			for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]
-			a[j + 1] = t
-		}
-		if (c % 2 == 1) return a[(c + 1) / 2]
-		return (a[c / 2] + a[c / 2 + 1]) / 2
-	}
-	function values(s, key,    c, i, out) {
-		c = n[s, key] + 0
-		out = ""
-		for (i = 1; i <= c; i++) out = out (i > 1 ? " " : "") val[s, key, i]
-		return c ? out : "-"
 	}
 	function rank(key) {
 		return (kindof[key] == "init" ? 0 : kindof[key] == "latency" ? 1 : 2)
@@ -134,11 +107,7 @@ table() {
 		next
 	}
 	END {
-		for (i = 2; i <= nkeys; i++) {
-			t = keys[i]
-			for (j = i - 1; j >= 1 && before(t, keys[j]); j--) keys[j + 1] = keys[j]
-			keys[j + 1] = t
-		}
+		sort_keys()
 		print "| measure | C median | courier median | courier/C | C runs | courier runs |"
 		print "| --- | ---: | ---: | ---: | --- | --- |"
 		for (i = 1; i <= nkeys; i++) {
@@ -149,9 +118,8 @@ table() {
 			else { name = "bandwidth " human(bytesof[k]) " (GB/s)"; f = "%.3f" }
 			mc = median("c", k)
 			mr = median("courier", k)
-			ratio = (mc != "" && mr != "" && mc + 0 > 0) ? sprintf("%.3f", mr / mc) : "-"
 			printf "| %s | %s | %s | %s | %s | %s |\n", name, \
-				(mc == "" ? "-" : sprintf(f, mc)), (mr == "" ? "-" : sprintf(f, mr)), ratio, \
+				fmt(mc, f), fmt(mr, f), ratio(mr, mc), \
 				values("c", k), values("courier", k)
 		}
 		if (nkeys == 0) print "| (no results) | - | - | - | - | - |"

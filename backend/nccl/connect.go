@@ -12,9 +12,11 @@ import (
 // ops(p) gives the send to and the receive from rank p.
 //
 // NCCL sets a connection up lazily, inside the first operation that needs
-// it, and that setup needs the peer (DESIGN.md, "NCCL as measured"); doing
-// it here keeps it out of the first user operation, whose wait would then
-// include it. A rank has 2(N−1) channels, each an NCCL communicator of two
+// it, and that setup needs the peer (measured with NCCL 2.28.3: rank 0
+// grouping a send and a receive while rank 1 receives, then sends, hangs
+// as the pair's first traffic, and works after one symmetric exchange);
+// doing it here keeps it out of the first user operation, whose wait would
+// then include it. A rank has 2(N−1) channels, each an NCCL communicator of two
 // ranks with its own connection buffers: right for the one or few hosts
 // courier runs on today; a job of hundreds of ranks would need channels
 // made on first use instead.

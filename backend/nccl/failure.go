@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/courier-mp/courier/backend"
-	"github.com/courier-mp/courier/backend/tcp"
 )
 
 // failChanLocked ends channel i after an error that leaves its state
@@ -149,7 +148,7 @@ func (c *conn) peerLost(p int, err error) {
 	// Checked: every message p sent was announced before it left; the
 	// receives that matched none never will.
 	c.failRecvsLocked(p, err, false)
-	if !errors.Is(err, tcp.ErrPeerClosed) {
+	if !errors.Is(err, backend.ErrPeerClosed) {
 		// p aborted, or its process vanished: what it had not delivered
 		// never will be, and its side of the channels is being torn down
 		// (an abort of p's may wait until this rank aborts its side).

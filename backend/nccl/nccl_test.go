@@ -15,6 +15,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/backend/tcp"
+	"github.com/courier-mp/courier/internal/leakcheck"
 )
 
 // The tests in this file run everywhere: the loader's error path, the
@@ -692,6 +693,7 @@ func TestFakeInternalTags(t *testing.T) {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	closeGPUJob()
+	code = leakcheck.Check(code, "github.com/courier-mp/courier/backend/nccl.initBlocking.func1") // blocking inits left by a failed Open (TestFakeGPUChildOpenBounded)
 	os.Exit(code)
 }
 

@@ -18,6 +18,11 @@
 // FAKE_OMIT_LAUNCH leaves cuLaunchKernel out; FAKE_OMIT_MEMOPS leaves the
 // stream memory operations (cuStreamWriteValue64, cuStreamWaitValue64)
 // out; FAKE_NDEV=n sets the device count (default 2).
+//
+// The CUDA types come from the package's driver.h, which the tests copy
+// beside this file before they compile it (by hand, from the repository
+// root: cc -shared -fPIC -Icuda -o libfakecuda.so cuda/testdata/fakecuda.c
+// -lpthread).
 
 #include <pthread.h>
 #include <stdint.h>
@@ -26,16 +31,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "driver.h"
+
 #ifndef FAKE_NDEV
 #define FAKE_NDEV 2
 #endif
 #ifndef FAKE_INIT_RESULT
 #define FAKE_INIT_RESULT 0
 #endif
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
 
 enum {
 	OK = 0,
@@ -682,14 +685,14 @@ CUresult cuEventElapsedTime_v2(float *ms, struct event *a, struct event *b) { re
 
 // cuModuleLoadDataEx "compiles" PTX by looking for its .entry names;
 // text containing "bogus" fails with a log, as a syntax error would.
-CUresult cuModuleLoadDataEx(struct module **out, const void *image, unsigned int n, int *opts, void **vals) {
+CUresult cuModuleLoadDataEx(struct module **out, const void *image, unsigned int n, CUjit_option *opts, void **vals) {
 	CUresult r = need_ctx();
 	if (r != OK) return r;
 	char *log = NULL;
 	size_t loglen = 0;
 	for (unsigned int i = 0; i < n; i++) {
-		if (opts[i] == 5) log = vals[i];
-		if (opts[i] == 6) loglen = (size_t)(uintptr_t)vals[i];
+		if (opts[i] == COURIER_CU_JIT_ERROR_LOG_BUFFER) log = vals[i];
+		if (opts[i] == COURIER_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) loglen = (size_t)(uintptr_t)vals[i];
 	}
 	const char *text = image;
 	const char *bad = strstr(text, "bogus");

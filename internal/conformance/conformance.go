@@ -21,11 +21,11 @@ import (
 	"github.com/courier-mp/courier/mp"
 )
 
-// T is what a rank's test body needs. *ranktest.T satisfies it, and so
-// does a multi-process runner's per-rank reporter. It satisfies testify's
-// require.TestingT and assert.TestingT. FailNow ends the calling rank's
-// body (only from the goroutine that runs it; helper goroutines of a case
-// report with Errorf).
+// T is what a rank's test body needs. *ranktest.T satisfies it, for ranks
+// in one process (ranktest.Run) and one rank per process (proctest) alike.
+// It satisfies testify's require.TestingT and assert.TestingT. FailNow ends
+// the calling rank's body (only from the goroutine that runs it; helper
+// goroutines of a case report with Errorf).
 type T interface {
 	Errorf(format string, args ...any)
 	FailNow()

@@ -23,14 +23,27 @@ import (
 // T is one rank's view of the test. It satisfies testify's
 // require.TestingT, so require and assert work inside a rank; FailNow ends
 // only that rank (and aborts its communicator, so its peers stop waiting
-// for it instead of hanging).
+// for it instead of hanging). Run makes one per rank; a harness that
+// starts its ranks otherwise (internal/conformance/proctest, one rank per
+// process) makes its own with NewT.
 type T struct {
 	rank int
-	comm *mp.Comm
 
 	mu     sync.Mutex
-	errs   []string
+	comm   *mp.Comm
+	lines  []string // failures and notes
 	failed bool
+}
+
+// NewT returns the T of rank, recording failures and notes until
+// SetComm names the communicator FailNow aborts.
+func NewT(rank int) *T { return &T{rank: rank} }
+
+// SetComm makes c the communicator FailNow aborts.
+func (t *T) SetComm(c *mp.Comm) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.comm = c
 }
 
 // Rank is the rank this T belongs to.
@@ -41,27 +54,28 @@ func (t *T) Errorf(format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failed = true
-	t.errs = append(t.errs, fmt.Sprintf(format, args...))
+	t.lines = append(t.lines, fmt.Sprintf(format, args...))
 }
 
 // Logf records a note shown with the rank's failures.
 func (t *T) Logf(format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.errs = append(t.errs, "log: "+fmt.Sprintf(format, args...))
+	t.lines = append(t.lines, "log: "+fmt.Sprintf(format, args...))
 }
 
 // Helper is a no-op, for helpers shared with *testing.T.
 func (t *T) Helper() {}
 
 // FailNow marks the rank failed, aborts its communicator and ends the
-// rank's goroutine.
+// calling goroutine.
 func (t *T) FailNow() {
 	t.mu.Lock()
 	t.failed = true
+	c := t.comm
 	t.mu.Unlock()
-	if t.comm != nil {
-		t.comm.Abort(fmt.Errorf("rank %d failed its test", t.rank))
+	if c != nil {
+		c.Abort(fmt.Errorf("rank %d failed its test", t.rank))
 	}
 	runtime.Goexit()
 }
@@ -71,6 +85,13 @@ func (t *T) Failed() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.failed
+}
+
+// Text is the rank's failures and notes, one per line.
+func (t *T) Text() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
 }
 
 // Config adjusts Run.
@@ -130,7 +151,7 @@ func RunConfig(tb testing.TB, n int, cfg Config, f func(t *T, c *mp.Comm)) {
 	ts := make([]*T, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		t := &T{rank: i}
+		t := NewT(i)
 		ts[i] = t
 		wg.Add(1)
 		go func() {
@@ -148,7 +169,7 @@ func RunConfig(tb testing.TB, n int, cfg Config, f func(t *T, c *mp.Comm)) {
 				t.Errorf("Init: %v", err)
 				return
 			}
-			t.comm = c
+			t.SetComm(c)
 			defer func() {
 				if err := c.Close(); err != nil && !t.Failed() {
 					t.Errorf("Close: %v", err)
@@ -168,7 +189,7 @@ func RunConfig(tb testing.TB, n int, cfg Config, f func(t *T, c *mp.Comm)) {
 	}
 	for _, t := range ts {
 		if t.Failed() {
-			tb.Errorf("rank %d failed:\n\t%s", t.rank, strings.Join(t.errs, "\n\t"))
+			tb.Errorf("rank %d failed:\n\t%s", t.rank, strings.Join(t.lines, "\n\t"))
 		}
 	}
 }

@@ -21,8 +21,8 @@
 //     local rank are the launcher's) and otherwise its environment
 //     (COURIER_BACKEND, COURIER_IFACE, COURIER_CHECK, ...), with
 //     mp.WithTimeout(20s) unless COURIER_TIMEOUT is set; runs the case's
-//     body with a conformance.T that records failures; and closes the
-//     communicator.
+//     body with a conformance.T that records failures (a ranktest.T); and
+//     closes the communicator.
 //  3. Every rank sends its verdict to rank 0 over the control communicator;
 //     rank 0 prints one line per case ("PASS name", "FAIL name: rank r:
 //     detail" per failing rank, or "SKIP name: reason") and sends the

@@ -10,12 +10,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/internal/conformance"
+	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -202,7 +202,7 @@ func (r *rankRun) runCase(t *testing.T, i int, cs conformance.Case) error {
 	if err != nil {
 		return err
 	}
-	rec := &recorder{rank: r.ctrl.Rank()}
+	rec := ranktest.NewT(r.ctrl.Rank())
 	if setupErr != nil {
 		rec.Errorf("%v", setupErr)
 	} else {
@@ -232,7 +232,7 @@ func (r *rankRun) runCase(t *testing.T, i int, cs conformance.Case) error {
 		fmt.Print(b.String())
 		t.Errorf("failed on rank(s) %v:\n%s", failed, b.String())
 	case rec.Failed():
-		t.Errorf("failed on rank(s) %v (rank 0 reports them all); here:\n%s", failed, rec.text())
+		t.Errorf("failed on rank(s) %v (rank 0 reports them all); here:\n%s", failed, rec.Text())
 	default:
 		t.Errorf("failed on rank(s) %v (rank 0 reports them)", failed)
 	}
@@ -285,7 +285,7 @@ func (r *rankRun) setup(i int) (job bootstrap.Job, setupErr, err error) {
 
 // run makes the case's communicator, runs the body on it under a watchdog
 // and closes it, recording every failure in rec.
-func (r *rankRun) run(rec *recorder, job bootstrap.Job, cs conformance.Case) {
+func (r *rankRun) run(rec *ranktest.T, job bootstrap.Job, cs conformance.Case) {
 	opts := []mp.Option{mp.WithJob(job)}
 	if r.give {
 		opts = append(opts, mp.WithTimeout(r.timeout))
@@ -297,7 +297,7 @@ func (r *rankRun) run(rec *recorder, job bootstrap.Job, cs conformance.Case) {
 		rec.Errorf("Init: %v", err)
 		return
 	}
-	rec.setComm(c)
+	rec.SetComm(c)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -305,7 +305,7 @@ func (r *rankRun) run(rec *recorder, job bootstrap.Job, cs conformance.Case) {
 			// A runtime.Goexit from FailNow is not a panic: recover is nil.
 			if p := recover(); p != nil {
 				rec.Errorf("panic: %v\n%s", p, stack(false))
-				c.Abort(fmt.Errorf("rank %d panicked", rec.rank))
+				c.Abort(fmt.Errorf("rank %d panicked", rec.Rank()))
 			}
 		}()
 		cs.Run(rec, c)
@@ -344,7 +344,7 @@ type failure struct {
 // the joint verdict back. failed lists the ranks that failed the case;
 // report, on rank 0, holds their failures; err is a failure of the control
 // communicator.
-func (r *rankRun) agree(i int, rec *recorder) (failed []int, report []failure, err error) {
+func (r *rankRun) agree(i int, rec *ranktest.T) (failed []int, report []failure, err error) {
 	mine := verdict(rec)
 	if r.ctrl.Rank() != 0 {
 		if err := mp.Send(r.ctrl, mine, 0, verdictTag(i)); err != nil {
@@ -389,11 +389,11 @@ func (r *rankRun) agree(i int, rec *recorder) (failed []int, report []failure, e
 }
 
 // verdict encodes a rank's outcome: 0 for a pass, or 1 and the failures.
-func verdict(rec *recorder) []byte {
+func verdict(rec *ranktest.T) []byte {
 	if !rec.Failed() {
 		return []byte{0}
 	}
-	return append([]byte{1}, clip(rec.text(), maxText)...)
+	return append([]byte{1}, clip(rec.Text(), maxText)...)
 }
 
 // clip shortens s to at most n bytes, saying so.
@@ -409,69 +409,4 @@ func clip(s string, n int) string {
 func stack(all bool) string {
 	buf := make([]byte, 256<<10)
 	return clip(string(buf[:runtime.Stack(buf, all)]), maxText/2)
-}
-
-// recorder is a rank's conformance.T: it records failures (FailNow also
-// aborts the case's communicator, so peers stop waiting for this rank, and
-// ends the body's goroutine).
-type recorder struct {
-	rank int
-
-	mu     sync.Mutex
-	comm   *mp.Comm
-	lines  []string
-	failed bool
-}
-
-var _ conformance.T = (*recorder)(nil)
-
-func (t *recorder) setComm(c *mp.Comm) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.comm = c
-}
-
-// Errorf records a failure and goes on.
-func (t *recorder) Errorf(format string, args ...any) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.failed = true
-	t.lines = append(t.lines, fmt.Sprintf(format, args...))
-}
-
-// Logf records a note, reported with the rank's failures.
-func (t *recorder) Logf(format string, args ...any) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.lines = append(t.lines, "log: "+fmt.Sprintf(format, args...))
-}
-
-// Helper does nothing.
-func (t *recorder) Helper() {}
-
-// FailNow marks the rank failed, aborts its communicator and ends the
-// calling goroutine.
-func (t *recorder) FailNow() {
-	t.mu.Lock()
-	t.failed = true
-	c := t.comm
-	t.mu.Unlock()
-	if c != nil {
-		c.Abort(fmt.Errorf("rank %d failed its test", t.rank))
-	}
-	runtime.Goexit()
-}
-
-// Failed reports whether the rank failed.
-func (t *recorder) Failed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failed
-}
-
-// text is the rank's failures and notes, one per line.
-func (t *recorder) text() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.Join(t.lines, "\n")
 }

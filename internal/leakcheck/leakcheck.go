@@ -1,0 +1,64 @@
+// Package leakcheck fails a package's tests when they leave goroutines
+// behind. A package's TestMain ends with
+//
+//	os.Exit(leakcheck.Check(m.Run()))
+//
+// or, where TestMain tears something down after m.Run, with
+// code = leakcheck.Check(code) after the teardown. The goroutines are found
+// by go.uber.org/goleak, which leaves out those of the runtime and the
+// testing package on its own; a package names the functions of the
+// goroutines that may outlive its tests, and why, in its call.
+package leakcheck
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// patience is how long Check gives goroutines that are winding down.
+const patience = 5 * time.Second
+
+// Check returns code, or 1 when code is 0 (the tests passed) and
+// goroutines other than the caller's are still running after a few
+// seconds; it then lists their stacks on stderr. A goroutine with one of
+// the functions named in stays on its stack (as the runtime names them:
+// "example.com/pkg.(*T).run.func1") may stay. While fuzzing (-test.fuzz)
+// it checks nothing: the fuzzing engine's workers come and go on their
+// own.
+func Check(code int, stays ...string) int {
+	if code != 0 || fuzzing() {
+		return code
+	}
+	var ignore []goleak.Option
+	for _, f := range stays {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	if err := find(patience, ignore...); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests leaked goroutines: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// find waits up to patience for the goroutines other than the caller's
+// to end, and returns goleak's report on those that did not.
+func find(patience time.Duration, ignore ...goleak.Option) error {
+	deadline := time.Now().Add(patience)
+	for {
+		// Find itself retries for about half a second.
+		err := goleak.Find(ignore...)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+// fuzzing reports whether the test binary runs a fuzz target.
+func fuzzing() bool {
+	f := flag.Lookup("test.fuzz")
+	return f != nil && f.Value.String() != ""
+}
