@@ -96,6 +96,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "-reps", "0"}, "usage: courier bench"},
 		{[]string{"bench", "-lat", "1,x"}, `bad size "x"`},
 		{[]string{"bench", "extra"}, "usage: courier bench"},
+		{[]string{"bench", "-nosuch"}, "flag provided but not defined: -nosuch"},
+		{[]string{"bench", "-compare", "a.json"}, "courier bench: -compare draws runs beside this one: it needs -plot"},
 		{[]string{"info", "extra"}, "usage: courier info"},
 		{[]string{"run"}, "courier run: -np N is required"},
 		{[]string{"run", "true"}, "courier run: -np N is required"},
