@@ -19,9 +19,12 @@ import (
 	"github.com/courier-mp/courier/internal/bench"
 )
 
-// The C program's document (bench/mpi/p2p.c -json, from a run of
-// bench/host-compare.sh).
-const mpiP2P = "testdata/p2p-openmpi-tcp.json"
+// The C programs' documents (bench/mpi/p2p.c and coll.c -json, from a
+// run of bench/host-compare.sh).
+const (
+	mpiP2P  = "testdata/p2p-openmpi-tcp.json"
+	mpiColl = "testdata/coll-openmpi-vader.json"
+)
 
 // checkUsage fails unless usage has an entry for every flag of fs (a line
 // starting "  -name") that states the flag's default.
@@ -68,6 +71,26 @@ func TestBenchHelp(t *testing.T) {
 		if !strings.Contains(benchUsage, want) {
 			t.Errorf("usage lacks %q", want)
 		}
+	}
+}
+
+func TestPlotHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"plot", "-h"}, {"help", "plot"}} {
+		code, stdout, stderr := courier(t, args...)
+		if code != 0 || stdout != plotUsage || stderr != "" {
+			t.Errorf("courier %q: exit %d, stderr %q; want exit 0 and the usage", args, code, stderr)
+		}
+	}
+	// The flags as courier plot defines them, found through its errors.
+	fs := flag.NewFlagSet("plot", flag.ContinueOnError)
+	fs.String("o", "", "")
+	fs.Bool("table", false, "")
+	fs.Bool("median", false, "")
+	fs.String("title", "", "")
+	checkUsage(t, plotUsage, fs)
+	if code, _, stderr := courier(t, "plot", "-nosuch"); code != 2 || !strings.Contains(stderr, "flag provided but not defined") {
+		t.Errorf("an unknown flag: exit %d, %q", code, stderr)
 	}
 }
 
@@ -183,4 +206,68 @@ func TestBenchCompareErrors(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "x.svg")); err == nil {
 		t.Error("a plot was drawn")
 	}
+}
+
+// TestPlot tabulates and draws the C programs' documents beside two of
+// courier's, without running anything.
+func TestPlot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var files []string
+	for i, lat := range []float64{30, 10, 20} {
+		d := &bench.Document{Schema: bench.Schema, Header: bench.RunHeader{Program: "courier bench", Label: "courier tcp", Backend: "tcp", Ranks: 2},
+			P2P:  []bench.P2PRecord{{Kind: "latency", Bytes: 1, LatencyMicros: lat}, {Kind: "bandwidth", Bytes: 65536, GBps: 1}},
+			Coll: []bench.CollRecord{{Name: "bcast", Bytes: 8, TimeMicros: 1}}}
+		path := filepath.Join(dir, "courier"+string(rune('0'+i))+".json")
+		if err := writeFile(path, func(w io.Writer) error { return bench.WriteJSON(w, d) }); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, path)
+	}
+	svg := filepath.Join(dir, "all.svg")
+	code, stdout, stderr := courier(t, append([]string{"plot", "-median", "-table", "-title", "a title", "-o", svg, mpiP2P, mpiColl}, files...)...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	mpi, err := bench.ReadFile(mpiP2P)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| bytes | Open MPI TCP | courier tcp | courier tcp ÷ Open MPI TCP |",
+		"| 1 B | " + figure(mpi.P2P[0].LatencyMicros) + " | 20.0 | ",
+		"bcast, µs per call",
+		"| bytes | Open MPI vader | courier tcp | courier tcp ÷ Open MPI vader |",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the table lacks %q:\n%s", want, stdout)
+		}
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSVG(t, b, "Open MPI TCP", "Open MPI vader", "courier tcp", "a title: one-way latency", "a title: bcast, time per call")
+	if bytes.Contains(b, []byte("courier tcp (2)")) {
+		t.Error("-median: the runs of one label are more than one line")
+	}
+
+	// Without -median, each run is a line of its own.
+	code, _, _ = courier(t, append([]string{"plot", "-o", svg}, files...)...)
+	if b, _ := os.ReadFile(svg); code != 0 || !bytes.Contains(b, []byte("courier tcp (3)")) {
+		t.Errorf("without -median: exit %d, no third line", code)
+	}
+
+	code, _, stderr = courier(t, "plot", "-table", filepath.Join(dir, "missing.json"))
+	if code != 1 || !strings.Contains(stderr, "courier plot: ") || !strings.Contains(stderr, "missing.json") {
+		t.Errorf("a missing file: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// figure is v as bench.Table prints it.
+func figure(v float64) string {
+	var b strings.Builder
+	bench.Table(&b, []bench.Series{{Label: "x", Latency: map[int]float64{1: v}}})
+	line := strings.Split(b.String(), "\n")[4] // | 1 B | v |
+	return strings.TrimSuffix(strings.TrimPrefix(line, "| 1 B | "), " |")
 }

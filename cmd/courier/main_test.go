@@ -98,6 +98,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "extra"}, "usage: courier bench"},
 		{[]string{"bench", "-nosuch"}, "flag provided but not defined: -nosuch"},
 		{[]string{"bench", "-compare", "a.json"}, "courier bench: -compare draws runs beside this one: it needs -plot"},
+		{[]string{"plot"}, "courier plot: want JSON files, and -o or -table"},
+		{[]string{"plot", "a.json"}, "usage: courier plot"},
 		{[]string{"info", "extra"}, "usage: courier info"},
 		{[]string{"run"}, "courier run: -np N is required"},
 		{[]string{"run", "true"}, "courier run: -np N is required"},
