@@ -27,10 +27,10 @@ documents of courier bench -json and of bench/mpi/p2p.c and coll.c -json
                 call below 1 is faster; for bandwidth above 1 is faster)
                 (default false)
   -median       runs with the same label are one line and one column: per
-                size, the median of their figures (the lower middle one
-                of an even count), as for rounds of one system; without
-                it, a label seen before gets " (2)", " (3)" appended
-                (default false)
+                size, the median of their figures (for an even count the
+                mean of the two middle ones), as for rounds of one
+                system; without it, a label seen before gets " (2)",
+                " (3)" appended (default false)
   -title TEXT   put TEXT before each panel's title (default: none)
 
 At least one of -o and -table is needed.

@@ -30,8 +30,9 @@ type Series struct {
 
 // Combine turns documents into series, in the order their labels first
 // appear. With median, documents with the same label are one series
-// whose figure at each size is the median of theirs (the lower middle
-// one for an even count); without, each document is a series and a label
+// whose figure at each size is the median of theirs (for an even count,
+// the mean of the two middle ones: with two rounds, the mean, which
+// favours neither a time nor a bandwidth); without, each document is a series and a label
 // seen before gets " (2)", " (3)", ... appended. A document without a
 // label is named after its program and backend.
 func Combine(docs []*Document, median bool) []Series {
@@ -96,7 +97,7 @@ func medians(m map[int][]float64) map[int]float64 {
 	out := make(map[int]float64, len(m))
 	for n, v := range m {
 		v = slices.Sorted(slices.Values(v))
-		out[n] = v[(len(v)-1)/2]
+		out[n] = (v[(len(v)-1)/2] + v[len(v)/2]) / 2
 	}
 	return out
 }

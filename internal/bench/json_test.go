@@ -99,8 +99,8 @@ func TestCombine(t *testing.T) {
 		t.Fatalf("labels %+v", med)
 	}
 	a := med[0]
-	// 1 B: 3, 1, 2 -> 2; 1 KiB: 30, 50 -> the lower middle, 30; bcast 7, 9 -> 7.
-	if !a.Courier || a.Runs != 3 || a.Latency[1] != 2 || a.Latency[1024] != 30 || a.Bandwidth[1] != 2 || a.Coll["bcast"][8] != 7 {
+	// 1 B: 3, 1, 2 -> 2; 1 KiB: 30, 50 -> their mean, 40; bcast 7, 9 -> 8.
+	if !a.Courier || a.Runs != 3 || a.Latency[1] != 2 || a.Latency[1024] != 40 || a.Bandwidth[1] != 2 || a.Coll["bcast"][8] != 8 {
 		t.Errorf("merged series %+v", a)
 	}
 	if med[1].Courier || med[1].Runs != 1 {
