@@ -55,7 +55,8 @@ var allowed = map[string][]string{
 	"internal/conformance":          {"mp"},
 	"internal/conformance/proctest": {"bootstrap", "internal/conformance", "internal/ranktest", "mp"},
 	"internal/bench":                {"cuda", "mp"},
-	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/launch", "mp"},
+	"internal/bench/chart":          {"internal/bench"},
+	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "mp"},
 	"examples/...":                  {"cuda", "mp"},
 	"internal/leakcheck":            nil,
 	"internal/layering":             nil,
@@ -82,6 +83,7 @@ var external = map[string][]string{
 	"bootstrap":            {"github.com/emer/empi"}, // with -tags mpi
 	"internal/conformance": {"github.com/stretchr/testify"},
 	"internal/leakcheck":   {"go.uber.org/goleak"},
+	"internal/bench/chart": {"gonum.org/v1/plot"},
 }
 
 var externalInTests = []string{"github.com/stretchr/testify"}
