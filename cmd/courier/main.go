@@ -65,6 +65,7 @@ func commands() map[string]command {
 		"bench":   {"measure point-to-point latency and bandwidth between two ranks", (*app).bench},
 		"help":    {"show help for courier or one of its commands", (*app).help},
 		"info":    {"show what this machine offers: launcher, backends, GPUs, NCCL", (*app).info},
+		"plot":    {"draw and tabulate courier bench and MPI runs from their JSON files", (*app).plot},
 		"run":     {"run a program as N ranks on this machine", (*app).runJob},
 		"version": {"print courier's version", (*app).version},
 	}
@@ -126,6 +127,9 @@ func (a *app) help(args []string) int {
 			return 0
 		case "info":
 			io.WriteString(a.stdout, infoUsage)
+			return 0
+		case "plot":
+			io.WriteString(a.stdout, plotUsage)
 			return 0
 		case "help", "version":
 			fmt.Fprintf(a.stdout, "usage: courier %s\n\n%s.\n", args[0], commands()[args[0]].summary)

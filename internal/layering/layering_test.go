@@ -62,7 +62,8 @@ var allowed = map[string][]string{
 	"internal/conformance":          {"mp"},
 	"internal/conformance/proctest": {"bootstrap", "internal/conformance", "internal/ranktest", "mp"},
 	"internal/bench":                {"cuda", "mp"},
-	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/launch", "internal/shm", "mp"},
+	"internal/bench/chart":          {"internal/bench"},
+	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
 	"examples/...":                  {"cuda", "mp"},
 	"internal/leakcheck":            nil,
 	"internal/layering":             nil,
@@ -92,6 +93,7 @@ var external = map[string][]string{
 	"internal/shm":         {"golang.org/x/sys"},
 	"internal/engine":      {"golang.org/x/sys"}, // sched_yield
 	"backend/shm":          {"golang.org/x/sys"}, // the socket's peer credentials
+	"internal/bench/chart": {"gonum.org/v1/plot"},
 }
 
 var externalInTests = []string{"github.com/stretchr/testify"}
