@@ -10,8 +10,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/courier-mp/courier/internal/engine"
 	shmem "github.com/courier-mp/courier/internal/shm"
 )
@@ -209,31 +207,6 @@ func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
 	}
 	l.pull = ans[0] == 1
 	return nil
-}
-
-// peerPid is the process at the other end of uc, as the kernel says.
-func peerPid(uc *net.UnixConn) (int, error) {
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if cerr != nil {
-		return 0, cerr
-	}
-	return int(cred.Pid), nil
-}
-
-func closeFds(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
 }
 
 // Start starts the hub's goroutines: the progress goroutine and a watcher
