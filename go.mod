@@ -1,10 +1,11 @@
 module github.com/courier-mp/courier
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/emer/empi v1.0.17
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/sys v0.50.0
 )
 
 require go.yaml.in/yaml/v3 v3.0.5 // indirect
