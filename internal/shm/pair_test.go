@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -243,5 +242,3 @@ func TestProcessExchange(t *testing.T) {
 	require.Greater(t, mine.wraps, uint64(100))
 	require.Greater(t, theirs.wraps, uint64(100))
 }
-
-var _ = strings.TrimSpace
