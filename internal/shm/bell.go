@@ -42,6 +42,11 @@ const (
 // A producer waiting for room follows the same protocol on its own bell,
 // with the consumer ringing it after Consume (see Ring.WantSpace).
 //
+// One goroutine at a time sleeps on a bell (a process's progress loop,
+// waiting for records and for room alike): a second sleeper's Disarm could
+// clear the armed bit under the first, whose wake-up would then be lost.
+// Any number of producers may ring it.
+//
 // A Bell is a pointer to its word: copy it freely. The word must be
 // 4-byte aligned and inside shared memory that both processes map (a
 // Segment), zero or left by earlier use of the bell.

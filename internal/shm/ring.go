@@ -40,8 +40,11 @@ const (
 
 	recHdr  = 8
 	padFlag = 1 << 63
+)
 
-	// MinRingCapacity and MaxRingCapacity bound a ring's data capacity.
+// MinRingCapacity and MaxRingCapacity bound a ring's data capacity (a
+// power of two).
+const (
 	MinRingCapacity = 4096
 	MaxRingCapacity = 1 << 30
 )
