@@ -6,6 +6,7 @@ require (
 	github.com/emer/empi v1.0.17
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.50.0
 	gonum.org/v1/plot v0.17.0
 )
 

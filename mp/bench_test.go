@@ -11,8 +11,12 @@ import (
 	"github.com/courier-mp/courier/mp"
 )
 
-// pair opens a 2-rank job in this process over loopback TCP.
-func pair(b *testing.B) (c0, c1 *mp.Comm) {
+// benchBackends are the host backends the benchmarks compare: TCP over
+// loopback, and the host backend (shared memory between the two ranks).
+var benchBackends = []string{"tcp", "host"}
+
+// pair opens a 2-rank job in this process over the named backend.
+func pair(b *testing.B, backend string) (c0, c1 *mp.Comm) {
 	b.Helper()
 	jobs, err := ranktest.Jobs(2)
 	if err != nil {
@@ -27,7 +31,7 @@ func pair(b *testing.B) (c0, c1 *mp.Comm) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			comms[i], errs[i] = mp.Init(ctx, mp.WithJob(jobs[i]), mp.WithBackend("tcp"),
+			comms[i], errs[i] = mp.Init(ctx, mp.WithJob(jobs[i]), mp.WithBackend(backend),
 				mp.WithEnv(func(string) string { return "" }))
 		}()
 	}
@@ -50,6 +54,25 @@ func pair(b *testing.B) (c0, c1 *mp.Comm) {
 
 var sizes = []int{1, 4 << 10, 64 << 10, 1 << 20, 64 << 20}
 
+// benchCase is one backend and one message size.
+type benchCase struct {
+	backend string
+	n       int
+}
+
+func (c benchCase) name() string { return c.backend + "/" + sizeName(c.n) }
+
+// cases pairs every benchmark backend with every size.
+func cases(sizes []int) []benchCase {
+	var out []benchCase
+	for _, be := range benchBackends {
+		for _, n := range sizes {
+			out = append(out, benchCase{be, n})
+		}
+	}
+	return out
+}
+
 func sizeName(n int) string {
 	switch {
 	case n >= 1<<20:
@@ -63,9 +86,10 @@ func sizeName(n int) string {
 // BenchmarkPingPong measures a blocking round trip between two ranks; ns/op
 // is one round trip (the one-way latency is half of it).
 func BenchmarkPingPong(b *testing.B) {
-	for _, n := range sizes {
-		b.Run(sizeName(n), func(b *testing.B) {
-			c0, c1 := pair(b)
+	for _, bc := range cases(sizes) {
+		n := bc.n
+		b.Run(bc.name(), func(b *testing.B) {
+			c0, c1 := pair(b, bc.backend)
 			buf0, buf1 := make([]byte, n), make([]byte, n)
 			done := make(chan error, 1)
 			b.SetBytes(int64(2 * n))
@@ -104,12 +128,13 @@ func BenchmarkPingPong(b *testing.B) {
 // bandwidth pattern). ns/op is one message.
 func BenchmarkStream(b *testing.B) {
 	const window = 64
-	for _, n := range sizes {
+	for _, bc := range cases(sizes) {
+		n := bc.n
 		if n*window > 512<<20 {
 			continue
 		}
-		b.Run(sizeName(n), func(b *testing.B) {
-			c0, c1 := pair(b)
+		b.Run(bc.name(), func(b *testing.B) {
+			c0, c1 := pair(b, bc.backend)
 			src := make([]byte, n)
 			dst := make([][]byte, window)
 			for i := range dst {
@@ -161,9 +186,10 @@ func BenchmarkStream(b *testing.B) {
 // Irecv and an Isend of the same size, then wait. SetBytes counts one
 // direction.
 func BenchmarkExchange(b *testing.B) {
-	for _, n := range []int{64 << 10, 16 << 20} {
-		b.Run(sizeName(n), func(b *testing.B) {
-			c0, c1 := pair(b)
+	for _, bc := range cases([]int{64 << 10, 16 << 20}) {
+		n := bc.n
+		b.Run(bc.name(), func(b *testing.B) {
+			c0, c1 := pair(b, bc.backend)
 			done := make(chan error, 1)
 			bufs := [2][2][]byte{{make([]byte, n), make([]byte, n)}, {make([]byte, n), make([]byte, n)}}
 			side := func(c *mp.Comm) error {

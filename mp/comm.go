@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/courier-mp/courier/backend"
-	_ "github.com/courier-mp/courier/backend/tcp" // registers "tcp"
+	_ "github.com/courier-mp/courier/backend/tcp" // registers "tcp" and "host"
 	"github.com/courier-mp/courier/bootstrap"
 )
 
@@ -67,7 +67,7 @@ type config struct {
 	env        func(string) string
 }
 
-// WithBackend selects the backend by name ("tcp", "nccl", "auto"),
+// WithBackend selects the backend by name ("host", "tcp", "nccl", "auto"),
 // overriding COURIER_BACKEND.
 func WithBackend(name string) Option { return func(c *config) { c.backend = name } }
 
@@ -194,11 +194,16 @@ func (c *config) fromEnv() error {
 	return nil
 }
 
+// autoOrder is the order in which "auto" tries the backends: the GPUs
+// where they are, else the host backend (shared memory within a host, TCP
+// between hosts).
+var autoOrder = []string{"nccl", "host"}
+
 // pickDriver resolves a backend name; "" and "auto" take the first
-// available of nccl and tcp.
+// available of autoOrder.
 func pickDriver(name string) (string, backend.Driver, error) {
 	if name == "" || name == "auto" {
-		for _, n := range []string{"nccl", "tcp"} {
+		for _, n := range autoOrder {
 			d, ok := backend.Lookup(n)
 			if !ok {
 				continue
@@ -240,10 +245,27 @@ func (c *Comm) Size() int {
 	return c.size
 }
 
-// Backend names the transport in use ("tcp", "nccl").
+// Backend names the backend in use ("host", "tcp", "nccl").
 func (c *Comm) Backend() string {
 	if c == nil {
 		return ""
+	}
+	return c.backendName
+}
+
+// Transport names what carries messages from this rank to rank r: "self"
+// for this rank; on the host backend "shm" (shared memory, for a rank of
+// this host) or "tcp"; on other backends the backend's name. It returns ""
+// for a rank outside the communicator.
+func (c *Comm) Transport(r int) string {
+	if c == nil || r < 0 || r >= c.size {
+		return ""
+	}
+	if t, ok := c.conn.(interface{ Transport(int) string }); ok {
+		return t.Transport(r)
+	}
+	if r == c.rank {
+		return "self"
 	}
 	return c.backendName
 }

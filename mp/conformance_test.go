@@ -11,10 +11,15 @@ import (
 
 // tcpRunner runs a case on n in-process ranks over loopback TCP, with
 // extra Init options.
-func tcpRunner(opts ...mp.Option) conformance.Runner {
+func tcpRunner(opts ...mp.Option) conformance.Runner { return hostRunner("tcp", opts...) }
+
+// hostRunner runs a case on n in-process ranks over the named host
+// backend ("tcp", or "host": the ranks share this host, so they meet
+// through shared memory).
+func hostRunner(backend string, opts ...mp.Option) conformance.Runner {
 	return func(t *testing.T, n int, f func(t conformance.T, c *mp.Comm)) {
 		t.Helper()
-		cfg := ranktest.Config{Backend: "tcp", Options: opts}
+		cfg := ranktest.Config{Backend: backend, Options: opts}
 		ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) {
 			f(rt, c)
 		})
@@ -37,4 +42,17 @@ func TestConformanceTCP(t *testing.T) {
 // exactly.
 func TestConformanceTCPChecked(t *testing.T) {
 	conformance.Run(t, 2, tcpRunner(mp.WithCheck(true)))
+}
+
+// TestConformanceSHM runs the suite over the host backend, whose ranks on
+// one host meet through shared memory, with 4, 3 and 2 ranks, and checked.
+func TestConformanceSHM(t *testing.T) {
+	for _, n := range []int{4, 3, 2} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			conformance.Run(t, n, hostRunner("host"))
+		})
+	}
+	t.Run("checked", func(t *testing.T) {
+		conformance.Run(t, 2, hostRunner("host", mp.WithCheck(true)))
+	})
 }

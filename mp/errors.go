@@ -50,7 +50,7 @@ type OpError struct {
 	Rank    int    // this process's rank (-1 before Init knows it)
 	Peer    int    // the other rank (AnySource for a wildcard receive, -1 when none)
 	Tag     int    // the message tag (-1 when none)
-	Backend string // "tcp", "nccl"
+	Backend string // "host", "tcp", "nccl"
 	Err     error
 }
 

@@ -37,6 +37,10 @@ func rankMain(role string) int {
 	defer comm.Close()
 	switch role {
 	case "victim-test":
+		if comm.Rank() != 2 && comm.Transport(2) != os.Getenv("COURIER_WANT_TRANSPORT") {
+			fmt.Printf("rank %d reaches rank 2 over %s, want %s\n", comm.Rank(), comm.Transport(2), os.Getenv("COURIER_WANT_TRANSPORT"))
+			return 1
+		}
 		fmt.Println("ready")
 		if comm.Rank() == 2 {
 			select {} // rank 2 waits to be killed
@@ -52,11 +56,18 @@ func rankMain(role string) int {
 
 // TestKilledPeerEndsPendingRecv starts three ranks by hand, kills one, and
 // checks the others' pending receives from it end with ErrPeerLost within
-// two seconds.
+// two seconds: over shared memory (the host backend; the ranks share this
+// host) and over TCP.
 func TestKilledPeerEndsPendingRecv(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	for _, backend := range []string{"host", "tcp"} {
+		t.Run(backend, func(t *testing.T) { killedPeer(t, backend) })
+	}
+}
+
+func killedPeer(t *testing.T, backend string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -67,7 +78,7 @@ func TestKilledPeerEndsPendingRecv(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "COURIER_TEST_ROLE=victim-test",
 			fmt.Sprintf("COURIER_RANK=%d", i), "COURIER_SIZE=3", "COURIER_ADDR="+addr,
-			"COURIER_JOB_KEY=victim-test-key", "COURIER_TIMEOUT=20s")
+			"COURIER_JOB_KEY=victim-test-key", "COURIER_TIMEOUT=20s", "COURIER_BACKEND="+backend, "COURIER_WANT_TRANSPORT="+map[string]string{"host": "shm", "tcp": "tcp"}[backend])
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		cmd.Stderr = os.Stderr

@@ -8,32 +8,33 @@ import (
 	"time"
 
 	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/engine"
 )
 
-func frame(h header, payload []byte) []byte {
-	var b [headerSize]byte
-	h.encode(&b)
+func frame(h engine.Header, payload []byte) []byte {
+	var b [engine.HeaderSize]byte
+	h.Encode(&b)
 	return append(b[:], payload...)
 }
 
 // FuzzDecodeHeader: decoding never panics, and a header that decodes
 // encodes back to the same bytes.
 func FuzzDecodeHeader(f *testing.F) {
-	f.Add(frame(header{Kind: kindEager, Type: backend.Float32, Tag: 3, Count: 4, Seq: 0}, nil))
-	f.Add(frame(header{Kind: kindRTS, Type: backend.Uint8, Tag: 1, Count: 1 << 20, Seq: 9, SID: 4}, nil))
-	f.Add(frame(header{Kind: kindCTS, Flags: ctsTruncate, Seq: 2, SID: 4}, nil))
-	f.Add(frame(header{Kind: kindData, Count: 4096, Seq: 2, SID: 8192}, nil))
-	f.Add(frame(header{Kind: kindBye}, nil))
+	f.Add(frame(engine.Header{Kind: engine.KindEager, Type: backend.Float32, Tag: 3, Count: 4, Seq: 0}, nil))
+	f.Add(frame(engine.Header{Kind: engine.KindRTS, Type: backend.Uint8, Tag: 1, Count: 1 << 20, Seq: 9, SID: 4}, nil))
+	f.Add(frame(engine.Header{Kind: engine.KindCTS, Flags: engine.CTSTruncate, Seq: 2, SID: 4}, nil))
+	f.Add(frame(engine.Header{Kind: engine.KindData, Count: 4096, Seq: 2, SID: 8192}, nil))
+	f.Add(frame(engine.Header{Kind: engine.KindBye}, nil))
 	f.Add([]byte{0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := decodeHeader(b)
+		h, err := engine.DecodeHeader(b, engine.EagerLimit)
 		if err != nil {
 			return
 		}
-		var out [headerSize]byte
-		h.encode(&out)
-		if string(out[:]) != string(b[:headerSize]) {
-			t.Fatalf("round trip changed the header: %x -> %x", b[:headerSize], out)
+		var out [engine.HeaderSize]byte
+		h.Encode(&out)
+		if string(out[:]) != string(b[:engine.HeaderSize]) {
+			t.Fatalf("round trip changed the header: %x -> %x", b[:engine.HeaderSize], out)
 		}
 	})
 }
@@ -42,13 +43,13 @@ func FuzzDecodeHeader(f *testing.F) {
 // peer: the rank must never panic, must end the receive it has posted one
 // way or another, and must close cleanly.
 func FuzzStream(f *testing.F) {
-	eager := frame(header{Kind: kindEager, Type: backend.Uint8, Tag: 0, Count: 3}, []byte("abc"))
+	eager := frame(engine.Header{Kind: engine.KindEager, Type: backend.Uint8, Tag: 0, Count: 3}, []byte("abc"))
 	f.Add(eager)
-	f.Add(append(eager, frame(header{Kind: kindRTS, Type: backend.Uint8, Count: 1 << 20, Seq: 1, SID: 1}, nil)...))
-	f.Add(frame(header{Kind: kindData, Count: 10, Seq: 77}, make([]byte, 10)))
-	f.Add(frame(header{Kind: kindCTS, Seq: 1, SID: 123}, nil))
-	f.Add(frame(header{Kind: kindEager, Type: backend.Uint8, Count: 2, Seq: 5}, []byte("xy")))
-	f.Add(frame(header{Kind: kindBye}, nil))
+	f.Add(append(eager, frame(engine.Header{Kind: engine.KindRTS, Type: backend.Uint8, Count: 1 << 20, Seq: 1, SID: 1}, nil)...))
+	f.Add(frame(engine.Header{Kind: engine.KindData, Count: 10, Seq: 77}, make([]byte, 10)))
+	f.Add(frame(engine.Header{Kind: engine.KindCTS, Seq: 1, SID: 123}, nil))
+	f.Add(frame(engine.Header{Kind: engine.KindEager, Type: backend.Uint8, Count: 2, Seq: 5}, []byte("xy")))
+	f.Add(frame(engine.Header{Kind: engine.KindBye}, nil))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		a, b := net.Pipe()
 		c, err := New(context.Background(), Options{Rank: 0, Size: 2, Conns: []net.Conn{nil, a}, Linger: 100 * time.Millisecond})

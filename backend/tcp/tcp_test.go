@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/engine"
 )
 
 // mesh connects n ranks with net.Pipe and returns their communicators.
@@ -67,7 +68,7 @@ func wait(t *testing.T, r backend.Request, err error) (backend.Status, error) {
 
 func TestPipeEagerAndRendezvous(t *testing.T) {
 	cs := mesh(t, 2, false)
-	for _, n := range []int{0, 1, 1000, eagerLimit / 4, eagerLimit/4 + 1, 3 << 20} {
+	for _, n := range []int{0, 1, 1000, engine.EagerLimit / 4, engine.EagerLimit/4 + 1, 3 << 20} {
 		src := make([]float32, n)
 		for i := range src {
 			src[i] = float32(i)

@@ -1,31 +1,48 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/backend/nccl"
 	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/cuda"
-	_ "github.com/courier-mp/courier/mp" // registers the backends
+	shmem "github.com/courier-mp/courier/internal/shm"
+	"github.com/courier-mp/courier/mp" // also registers the backends
 )
 
-const infoUsage = `usage: courier info
+const infoUsage = `usage: courier info [-peers]
 
 Prints what this machine offers courier: the launcher this process sees (and
 its rank), the backends and whether each can run here (with the reason when
-it cannot), the backend COURIER_BACKEND picks, the CUDA driver and GPUs, and
-NCCL's version. Run it under the launcher (mpirun -np 2 courier info) to see
-what each rank sees. It changes nothing, and exits 0 whatever it finds.
+it cannot), the backend COURIER_BACKEND picks, whether ranks of this host can
+meet through shared memory (and copy large messages once), the CUDA driver
+and GPUs, and NCCL's version. Run it under the launcher (mpirun -np 2
+courier info) to see what each rank sees. It changes nothing, and exits 0
+whatever it finds.
+
+With -peers, under a launcher, it also joins the job (mp.Init, with
+COURIER_BACKEND as set) and prints the transport this rank would use to
+reach each rank: self, shm (shared memory) or tcp on the host backend, the
+backend's name elsewhere. It exits 1 if it cannot join.
 `
 
 // info is courier info.
 func (a *app) info(args []string) int {
-	if len(args) > 0 {
+	peers := false
+	switch {
+	case len(args) == 1 && (args[0] == "-peers" || args[0] == "--peers"):
+		peers = true
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		io.WriteString(a.stdout, infoUsage)
+		return 0
+	case len(args) > 0:
 		io.WriteString(a.stderr, infoUsage)
 		return 2
 	}
@@ -61,7 +78,7 @@ func (a *app) info(args []string) int {
 	}
 	if chosen == "" || chosen == "auto" {
 		pick := "no backend can run here"
-		for _, name := range []string{"nccl", "tcp"} { // auto's order
+		for _, name := range []string{"nccl", "host"} { // auto's order
 			if available[name] {
 				pick = name
 				break
@@ -71,6 +88,8 @@ func (a *app) info(args []string) int {
 	} else {
 		fmt.Fprintf(w, "COURIER_BACKEND=%q\n", chosen)
 	}
+
+	fmt.Fprintln(w, shmInfo())
 
 	if v, err := cuda.DriverVersion(); err != nil {
 		fmt.Fprintln(w, labeled("cuda", err))
@@ -94,6 +113,50 @@ func (a *app) info(args []string) int {
 		fmt.Fprintln(w, labeled("nccl", err))
 	} else {
 		fmt.Fprintf(w, "nccl: %s (%s)\n", v, path)
+	}
+	if peers {
+		return a.infoPeers(w)
+	}
+	return 0
+}
+
+// shmInfo says whether ranks of this host can meet through shared memory,
+// and whether large messages can go in one copy.
+func shmInfo() string {
+	id, err := shmem.HostID()
+	if err != nil {
+		return labeled("shm", err)
+	}
+	single := "single copy (process_vm_readv) allowed"
+	if err := shmem.CanReadFrom(os.Getpid(), shmem.ProbeAddr()); err != nil {
+		single = "single copy refused, two copies through the ring: " + err.Error()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
+		single += " (ptrace_scope " + strings.TrimSpace(string(b)) + ")"
+	}
+	return fmt.Sprintf("shm: ranks of this host share memory (host %.12s…); %s", id, single)
+}
+
+// infoPeers joins the job and prints the transport to each rank.
+func (a *app) infoPeers(w io.Writer) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := mp.Init(ctx)
+	if err != nil {
+		fmt.Fprintf(w, "peers: cannot join the job: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	var b strings.Builder
+	for r := range c.Size() {
+		fmt.Fprintf(&b, " %d:%s", r, c.Transport(r))
+	}
+	fmt.Fprintf(w, "peers: rank %d of %d on the %s backend reaches rank%s\n", c.Rank(), c.Size(), c.Backend(), b.String())
+	// Every rank leaves together, so no rank closes while another still
+	// connects.
+	if err := mp.Barrier(c); err != nil {
+		fmt.Fprintf(w, "peers: %v\n", err)
+		return 1
 	}
 	return 0
 }

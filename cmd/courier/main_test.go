@@ -292,7 +292,7 @@ func TestBench(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
-		for _, want := range []string{"tcp backend", pattern + " pattern", "init", "latency", "bandwidth", " 4096 ", " 1048576 ", "allocs/msg"} {
+		for _, want := range []string{"host backend", pattern + " pattern", "init", "latency", "bandwidth", " 4096 ", " 1048576 ", "allocs/msg"} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("output lacks %q:\n%s", want, stdout)
 			}

@@ -11,7 +11,7 @@
 // Cases never wait without a bound: each wait is bounded by the
 // communicator's timeout (the harness sets one), and loops that poll have
 // their own deadline. A case that needs AnySource or AnyTag accepts
-// mp.ErrNotSupported on a backend other than "tcp", checks that it is that
+// mp.ErrNotSupported on a backend other than "tcp" and "host", checks that it is that
 // error, and ends cleanly on every rank.
 package conformance
 

@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 	"internal/auth":    nil,
 	"internal/netaddr": nil,
 	"internal/launch":  nil,
+	"internal/shm":     nil, // shared memory, rings, doorbells, single copy: the OS shim of backend/shm
 
 	// The bottom of the house: the CUDA loader and the backend contract
 	// import only the sentinels' leaf.
@@ -41,9 +42,15 @@ var allowed = map[string][]string{
 	// The bootstrap (rank, size, rendezvous) knows no backend.
 	"bootstrap": {"internal/auth", "internal/errs", "internal/netaddr"},
 
+	// The host transports' matching engine sits on the contract.
+	"internal/engine": {"backend", "cuda"},
+
 	// The transports: the contract, the CUDA loader and the internal
-	// leaves; nccl's host control channel is a tcp connection.
-	"backend/tcp":  {"backend", "cuda", "internal/auth", "internal/errs", "internal/netaddr"},
+	// leaves; the host ones over the matching engine, tcp's Open joining
+	// the ranks of a host through backend/shm; nccl's host control channel
+	// is a tcp connection.
+	"backend/shm":  {"backend", "internal/engine", "internal/shm"},
+	"backend/tcp":  {"backend", "backend/shm", "cuda", "internal/auth", "internal/engine", "internal/errs", "internal/netaddr", "internal/shm"},
 	"backend/nccl": {"backend", "backend/tcp", "cuda", "internal/auth", "internal/errs", "internal/netaddr"},
 
 	// What users import.
@@ -56,7 +63,7 @@ var allowed = map[string][]string{
 	"internal/conformance/proctest": {"bootstrap", "internal/conformance", "internal/ranktest", "mp"},
 	"internal/bench":                {"cuda", "mp"},
 	"internal/bench/chart":          {"internal/bench"},
-	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "mp"},
+	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
 	"examples/...":                  {"cuda", "mp"},
 	"internal/leakcheck":            nil,
 	"internal/layering":             nil,
@@ -83,6 +90,9 @@ var external = map[string][]string{
 	"bootstrap":            {"github.com/emer/empi"}, // with -tags mpi
 	"internal/conformance": {"github.com/stretchr/testify"},
 	"internal/leakcheck":   {"go.uber.org/goleak"},
+	"internal/shm":         {"golang.org/x/sys"},
+	"internal/engine":      {"golang.org/x/sys"}, // sched_yield
+	"backend/shm":          {"golang.org/x/sys"}, // the socket's peer credentials
 	"internal/bench/chart": {"gonum.org/v1/plot"},
 }
 

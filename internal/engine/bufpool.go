@@ -1,4 +1,4 @@
-package tcp
+package engine
 
 import (
 	"math/bits"
@@ -6,12 +6,12 @@ import (
 )
 
 // Eager payloads that arrive before their receive is posted are held in
-// buffers from size-classed pools (powers of two up to eagerLimit), so a
+// buffers from size-classed pools (powers of two up to EagerLimit), so a
 // steady stream of small unexpected messages allocates nothing.
 
 const minClass = 6 // 64 bytes
 
-var bufPools [eagerLog - minClass + 1]sync.Pool
+var bufPools [EagerLog - minClass + 1]sync.Pool
 
 func classOf(n int) int {
 	if n <= 1<<minClass {
@@ -20,10 +20,10 @@ func classOf(n int) int {
 	return bits.Len(uint(n-1)) - minClass
 }
 
-// getBuf returns a buffer of length n. Buffers over eagerLimit (self-sends
+// getBuf returns a buffer of length n. Buffers over EagerLimit (self-sends
 // of large messages) come from the heap.
 func getBuf(n int) []byte {
-	if n > eagerLimit {
+	if n > EagerLimit {
 		return make([]byte, n)
 	}
 	c := classOf(n)
@@ -35,7 +35,7 @@ func getBuf(n int) []byte {
 
 // putBuf returns a buffer from getBuf.
 func putBuf(b []byte) {
-	if cap(b) > eagerLimit || cap(b) == 0 {
+	if cap(b) > EagerLimit || cap(b) == 0 {
 		return
 	}
 	c := classOf(cap(b))
@@ -45,3 +45,10 @@ func putBuf(b []byte) {
 	b = b[:0]
 	bufPools[c].Put(&b)
 }
+
+// GetBuf returns a buffer of length n from the engine's pools, for a link
+// that must keep a copy of a payload (PutBuf it when done).
+func GetBuf(n int) []byte { return getBuf(n) }
+
+// PutBuf returns a buffer from GetBuf; nil is ignored.
+func PutBuf(b []byte) { putBuf(b) }

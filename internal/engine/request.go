@@ -1,7 +1,8 @@
-package tcp
+package engine
 
 import (
 	"sync"
+	"time"
 
 	"github.com/courier-mp/courier/backend"
 )
@@ -14,25 +15,27 @@ const (
 )
 
 // request is one send or receive. Its owner at any moment is exactly one
-// of: the matching engine (posted receive, send or receive waiting for its
-// peer's CTS or DATA, guarded by conn.mu), a peer's reader (filling a
-// receive's buffer), or a peer's writer (sending a large message's DATA).
-// Only the owner completes it, so a request is never completed twice and
-// its buffer is never touched after the user has it back.
+// of: the engine (a posted receive, a send or receive waiting for its
+// peer's CTS or DATA, guarded by Engine.mu), a link's reader (filling a
+// receive's buffer), a link's writer (sending a large message's DATA), or
+// the goroutine pulling a message into it. Only the owner completes it, so
+// a request is never completed twice and its buffer is never touched after
+// the user has it back.
 type request struct {
 	completion
-	c      *conn
+	e      *Engine
 	kind   reqKind
 	buf    backend.Buffer
 	peer   int // destination, or source (AnySource) as posted
 	tag    int
 	caller uintptr
-	id     uint64 // key in conn.inflight while a rendezvous is under way
+	id     uint64 // key in Engine.inflight while a rendezvous is under way
 	got    int64  // DATA bytes received so far
 	want   int64  // DATA bytes expected
 	src    int    // receive: the matched sender
 	mtag   int    // receive: the matched tag
 	mcount int64  // receive: the message's element count
+	hdr    Header // a send's frame header, handed to the link
 }
 
 var reqPool = sync.Pool{New: func() any {
@@ -41,22 +44,42 @@ var reqPool = sync.Pool{New: func() any {
 	return r
 }}
 
-func newRequest(c *conn, kind reqKind, buf backend.Buffer, peer, tag int, caller uintptr) *request {
+func newRequest(e *Engine, kind reqKind, buf backend.Buffer, peer, tag int, caller uintptr) *request {
 	r := reqPool.Get().(*request)
-	r.c, r.kind, r.buf, r.peer, r.tag, r.caller = c, kind, buf, peer, tag, caller
+	r.e, r.kind, r.buf, r.peer, r.tag, r.caller = e, kind, buf, peer, tag, caller
 	return r
 }
 
 // Release returns the request to the pool; see backend.Request.
 func (r *request) Release() {
 	if !r.isDone() {
-		return // still the transport's: never recycled
+		return // still the engine's: never recycled
 	}
 	r.reset()
-	r.c = nil
+	r.e = nil
 	r.buf = backend.Buffer{}
 	r.id, r.got, r.want, r.src, r.mtag, r.mcount = 0, 0, 0, 0, 0, 0
 	reqPool.Put(r)
+}
+
+// Test implements backend.Request: it polls the transports once first, so
+// a loop of Tests makes progress by itself.
+func (r *request) Test() (bool, backend.Status, error) {
+	if !r.isDone() {
+		for _, p := range r.e.pollers {
+			p.Poll()
+		}
+	}
+	return r.completion.Test()
+}
+
+// Wait implements backend.Request: with transports that can be polled,
+// the waiting goroutine takes arrivals itself for a while before it parks.
+func (r *request) Wait(timeout time.Duration) (backend.Status, error) {
+	if !r.isDone() && len(r.e.pollers) > 0 {
+		r.e.spin(r, timeout)
+	}
+	return r.completion.Wait(timeout)
 }
 
 func (r *request) info() backend.OpInfo {
@@ -85,8 +108,10 @@ func (e *envelope) status() backend.Status {
 // before a matching receive was posted.
 type message struct {
 	envelope
-	kind  uint8 // kindEager or kindRTS
+	kind  uint8 // KindEager or KindRTS
 	sid   uint64
+	addr  uint64 // RTS with pull: where the sender's payload is
+	pull  bool
 	data  []byte   // eager payload (from the pool), valid once ready
 	ready bool     // eager: the payload has been read
 	recv  *request // eager: a receive that matched before the payload was read

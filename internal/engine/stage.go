@@ -1,4 +1,4 @@
-package tcp
+package engine
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"github.com/courier-mp/courier/cuda"
 )
 
-// Device buffers travel over TCP through host memory: a send copies the
+// Device buffers travel over host links through host memory: a send copies the
 // device buffer to a host buffer before it starts (so the device buffer
 // may be reused as soon as Isend returns, as for any send that has
 // completed its copy); a receive lands in a host buffer, and the copy to

@@ -1,0 +1,24 @@
+// Package shm is courier's shared-memory transport for the ranks of one
+// host: a Link of internal/engine per pair of local ranks, over rings in
+// memory both processes map.
+//
+// Each rank owns an inbox, an anonymous memory file (memfd) holding its
+// doorbell and one single-producer single-consumer ring per other rank of
+// the host; it passes the inbox to those ranks over the authenticated unix
+// socket they met on, so no other job or user can attach and nothing is
+// ever named in /dev/shm. A message up to the eager limit is copied into
+// the receiver's ring and out of it; a larger one is announced, and the
+// receiver copies it straight out of the sender's memory
+// (process_vm_readv: one copy), or, where the kernel refuses that, asks
+// for it in chunks through the ring. A waiting goroutine polls the rings
+// itself; when no one waits, the progress goroutine sleeps on the
+// doorbell (a futex) and senders wake it. The unix socket stays open: its
+// end is how a rank learns that a peer's process is gone.
+//
+// Files:
+//
+//	join.go    setting up: inboxes, passing them, the single-copy probe
+//	hub.go     the Hub: polling, the waiters' spin accounting, the progress goroutine
+//	link.go    one pair: sending, the outbox, draining the ring, pulling, the end
+//	record.go  a frame as a ring record
+package shm

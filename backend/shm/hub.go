@@ -1,0 +1,140 @@
+package shm
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/courier-mp/courier/internal/engine"
+	shmem "github.com/courier-mp/courier/internal/shm"
+)
+
+// Hub is one rank's shared-memory transport: its inbox (a segment holding
+// its doorbell and one ring per rank of this host, which those ranks
+// fill), its links, and the progress goroutine that takes arrivals when no
+// waiter polls. It is the engine's Poller.
+//
+// Waking: a rank that has nothing to do arms its bell and sleeps on it; a
+// sender rings the bell after it fills a ring, which costs one load when
+// the bell is not armed. While a waiter polls (SpinStart to SpinEnd), the
+// bell is disarmed, so senders make no system call and the progress
+// goroutine is not woken per message.
+type Hub struct {
+	e        *engine.Engine
+	inbox    *shmem.Segment
+	bell     shmem.Bell
+	links    []*link
+	spinners atomic.Int32
+	live     atomic.Int32 // links not yet killed
+	stop     chan struct{}
+
+	// Ring memory is unmapped only when nothing can touch it: every user
+	// of it counts itself in active, and after closed is set nobody new
+	// enters.
+	active   atomic.Int32
+	closed   atomic.Bool
+	watchers sync.WaitGroup
+}
+
+// enter counts a user of the rings; false once they are being unmapped.
+func (h *Hub) enter() bool {
+	h.active.Add(1)
+	if h.closed.Load() {
+		h.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (h *Hub) exit() { h.active.Add(-1) }
+
+// idleSleep bounds the progress goroutine's sleep on its bell: a backstop,
+// since every arrival rings it.
+const idleSleep = 100 * time.Millisecond
+
+// Poll implements engine.Poller.
+func (h *Hub) Poll() bool {
+	if !h.enter() {
+		return false
+	}
+	defer h.exit()
+	did := false
+	for _, l := range h.links {
+		if l.poll() {
+			did = true
+		}
+	}
+	return did
+}
+
+// SpinStart implements engine.Poller.
+func (h *Hub) SpinStart() {
+	if h.spinners.Add(1) == 1 && h.enter() {
+		h.bell.Disarm()
+		h.exit()
+	}
+}
+
+// SpinEnd implements engine.Poller: the progress goroutine takes arrivals
+// again; what came after the last poll and before the bell was armed is
+// taken here.
+func (h *Hub) SpinEnd() {
+	if h.spinners.Add(-1) == 0 && h.enter() {
+		h.bell.Arm()
+		h.exit()
+		h.Poll()
+	}
+}
+
+// progress takes arrivals when no waiter does: it polls while there is
+// work, and sleeps on the bell when there is none.
+func (h *Hub) progress() {
+	for {
+		select {
+		case <-h.stop:
+			h.unmap()
+			return
+		default:
+		}
+		if h.Poll() {
+			continue
+		}
+		if h.spinners.Load() > 0 {
+			// A waiter polls; look again later without asking senders to
+			// wake this goroutine.
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		v := h.bell.Arm()
+		if h.Poll() {
+			continue
+		}
+		h.bell.Sleep(v, idleSleep)
+	}
+}
+
+// linkDone counts a killed link; after the last, the progress goroutine
+// ends.
+func (h *Hub) linkDone() {
+	if h.live.Add(-1) == 0 {
+		close(h.stop)
+		if h.enter() {
+			h.bell.Ring()
+			h.exit()
+		}
+	}
+}
+
+// unmap releases the inbox and the peers' segments once the watchers have
+// returned and no poller is inside.
+func (h *Hub) unmap() {
+	h.watchers.Wait()
+	h.closed.Store(true)
+	for h.active.Load() != 0 {
+		time.Sleep(10 * time.Microsecond)
+	}
+	for _, l := range h.links {
+		l.peerSeg.Close()
+	}
+	h.inbox.Close()
+}

@@ -1,0 +1,223 @@
+package shm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/courier-mp/courier/internal/engine"
+	shmem "github.com/courier-mp/courier/internal/shm"
+)
+
+// Local is a rank of this host, met over an authenticated unix socket.
+type Local struct {
+	Rank int
+	Conn *net.UnixConn
+}
+
+// Sizes. A rank's inbox holds its bell on the first page and then one
+// ring per other rank of the host; rings shrink as the host's ranks grow,
+// so an inbox stays near inboxBudget.
+const (
+	inboxBudget = 16 << 20
+	maxRing     = 1 << 20
+	minRing     = 64 << 10
+	page        = 4096
+	// maxEager bounds the messages copied whole through a ring; larger
+	// ones are pulled by the receiver in one copy where it can read the
+	// sender's memory.
+	maxEager = 64 << 10
+)
+
+const setupMagic = "CSM1"
+
+// singleCopy lets a rank read its peers' memory when the kernel allows it;
+// tests turn it off to run the two-copy path.
+var singleCopy = true
+
+// setupMsg is what each rank tells each local peer, beside its inbox's
+// file descriptor: where the peer's ring is in the inbox, and where the
+// probe pattern is in its memory.
+type setupMsg struct {
+	ringOff, ringCap, probe uint64
+}
+
+const setupSize = 4 + 3*8
+
+func (m setupMsg) encode() []byte {
+	b := make([]byte, 0, setupSize)
+	b = append(b, setupMagic...)
+	b = binary.LittleEndian.AppendUint64(b, m.ringOff)
+	b = binary.LittleEndian.AppendUint64(b, m.ringCap)
+	return binary.LittleEndian.AppendUint64(b, m.probe)
+}
+
+func parseSetup(b []byte) (setupMsg, error) {
+	if len(b) != setupSize || string(b[:4]) != setupMagic {
+		return setupMsg{}, errors.New("shm: not a courier shared-memory setup message")
+	}
+	return setupMsg{
+		ringOff: binary.LittleEndian.Uint64(b[4:]),
+		ringCap: binary.LittleEndian.Uint64(b[12:]),
+		probe:   binary.LittleEndian.Uint64(b[20:]),
+	}, nil
+}
+
+// ringCap is the capacity of each ring of an inbox shared with n other ranks.
+func ringCap(n int) int {
+	c := maxRing
+	for c > minRing && c*n > inboxBudget {
+		c /= 2
+	}
+	return c
+}
+
+// Join builds the shared-memory links to locals and attaches them to e:
+// each rank makes its inbox, passes it to every local peer over their
+// socket (nothing is ever named in /dev/shm), maps theirs, and tests
+// whether it may read their memory (single copy). The sockets stay open:
+// their end tells that a peer is gone. The hub's goroutines start with
+// Start.
+func Join(ctx context.Context, e *engine.Engine, locals []Local) (*Hub, error) {
+	h := &Hub{e: e, stop: make(chan struct{})}
+	if len(locals) == 0 {
+		return h, nil
+	}
+	cap := ringCap(len(locals))
+	rb := (shmem.RingBytes(cap) + page - 1) &^ (page - 1)
+	seg, err := shmem.Create(fmt.Sprintf("courier-rank%d", e.Rank()), page+rb*len(locals))
+	if err != nil {
+		return nil, err
+	}
+	h.inbox = seg
+	mem := seg.Bytes()
+	h.bell = shmem.NewBell((*uint32)(unsafe.Pointer(&mem[0])))
+	h.links = make([]*link, len(locals))
+	for i, lc := range locals {
+		in, err := shmem.NewRing(mem[page+i*rb:page+(i+1)*rb], cap)
+		if err != nil {
+			seg.Close()
+			return nil, err
+		}
+		h.links[i] = &link{h: h, rank: lc.Rank, uc: lc.Conn, in: in}
+	}
+	errs := make([]error, len(locals))
+	var wg sync.WaitGroup
+	for i := range locals {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.meet(ctx, h.links[i], uint64(page+i*rb), uint64(cap))
+		}()
+	}
+	wg.Wait()
+	seg.CloseFd()
+	if err := errors.Join(errs...); err != nil {
+		for _, l := range h.links {
+			if l.peerSeg != nil {
+				l.peerSeg.Close()
+			}
+		}
+		seg.Close()
+		return nil, err
+	}
+	for _, l := range h.links {
+		l.p = e.Attach(l.rank, l)
+	}
+	h.live.Store(int32(len(h.links)))
+	e.AddPoller(h)
+	return h, nil
+}
+
+// meet runs the setup with one peer.
+func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
+	uc := l.uc
+	if dl, ok := ctx.Deadline(); ok {
+		uc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	defer uc.SetDeadline(time.Time{})
+	fail := func(err error) error { return fmt.Errorf("shm: setting up with rank %d: %w", l.rank, err) }
+
+	pid, err := peerPid(uc)
+	if err != nil {
+		return fail(err)
+	}
+	l.pid = pid
+	mine := setupMsg{ringOff: off, ringCap: cap, probe: uint64(shmem.ProbeAddr())}
+	sent := make(chan error, 1)
+	go func() { sent <- shmem.SendFds(uc, mine.encode(), h.inbox.Fd()) }()
+	var buf [setupSize]byte
+	n, fds, rerr := shmem.RecvFds(uc, buf[:], 1)
+	if serr := <-sent; serr != nil {
+		closeFds(fds)
+		return fail(serr)
+	}
+	if rerr != nil {
+		return fail(rerr)
+	}
+	if len(fds) != 1 {
+		closeFds(fds)
+		return fail(errors.New("no segment received"))
+	}
+	theirs, err := parseSetup(buf[:n])
+	if err != nil {
+		closeFds(fds)
+		return fail(err)
+	}
+	seg, err := shmem.Map(fds[0])
+	if err != nil {
+		closeFds(fds)
+		return fail(err)
+	}
+	seg.CloseFd()
+	l.peerSeg = seg
+	pm := seg.Bytes()
+	if theirs.ringOff < page || theirs.ringOff > uint64(len(pm)) || uint64(shmem.RingBytes(int(min(theirs.ringCap, 1<<30)))) > uint64(len(pm))-theirs.ringOff {
+		return fail(fmt.Errorf("ring at %d of %d bytes does not fit a segment of %d", theirs.ringOff, theirs.ringCap, len(pm)))
+	}
+	out, err := shmem.AttachRing(pm[theirs.ringOff:])
+	if err != nil {
+		return fail(err)
+	}
+	l.out = out
+	l.peerBell = shmem.NewBell((*uint32)(unsafe.Pointer(&pm[0])))
+	l.eager = int64(min(maxEager, int(theirs.ringCap)/8, int(cap)/8))
+
+	// Single copy: can this rank read the peer's memory? Each side tells
+	// the other, so a sender offers its address only to a rank that can
+	// read it.
+	canRead := byte(0)
+	if singleCopy && shmem.CanReadFrom(pid, uintptr(theirs.probe)) == nil {
+		canRead = 1
+	}
+	l.read.Store(canRead == 1)
+	if _, err := uc.Write([]byte{canRead}); err != nil {
+		return fail(err)
+	}
+	var ans [1]byte
+	if _, err := uc.Read(ans[:]); err != nil {
+		return fail(err)
+	}
+	l.pull = ans[0] == 1
+	return nil
+}
+
+// Start starts the hub's goroutines: the progress goroutine and a watcher
+// per link.
+func (h *Hub) Start() {
+	if len(h.links) == 0 {
+		return
+	}
+	for _, l := range h.links {
+		h.watchers.Add(1)
+		h.e.Go(l.watch)
+	}
+	h.e.Go(h.progress)
+}

@@ -1,0 +1,76 @@
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/courier-mp/courier/internal/engine"
+)
+
+// A ring record is one frame: the engine's 32-byte header, the sender's
+// address for a pulled RTS (8 bytes, only with engine.RTSPull), then the
+// payload of EAGER and DATA. The record's length is its frame's length
+// exactly; anything else is a corrupt ring.
+
+const addrSize = 8
+
+// recordLen is the length of h's record with a payload of n bytes.
+func recordLen(h *engine.Header, n int) int {
+	l := engine.HeaderSize + n
+	if h.Kind == engine.KindRTS && h.Flags&engine.RTSPull != 0 {
+		l += addrSize
+	}
+	return l
+}
+
+// encode writes h and payload into a record of recordLen bytes.
+func encode(b []byte, h *engine.Header, payload []byte) {
+	h.Encode((*[engine.HeaderSize]byte)(b))
+	off := engine.HeaderSize
+	if h.Kind == engine.KindRTS && h.Flags&engine.RTSPull != 0 {
+		binary.LittleEndian.PutUint64(b[off:], h.Addr)
+		off += addrSize
+	}
+	copy(b[off:], payload)
+}
+
+// decode parses a record: its header, and its payload as a Source.
+func decode(b []byte, eager int64) (engine.Header, record, error) {
+	h, err := engine.DecodeHeader(b, eager)
+	if err != nil {
+		return h, record{}, err
+	}
+	off := engine.HeaderSize
+	if h.Kind == engine.KindRTS && h.Flags&engine.RTSPull != 0 {
+		if len(b) < off+addrSize {
+			return h, record{}, fmt.Errorf("%w: pulled RTS record of %d bytes", engine.ErrFrame, len(b))
+		}
+		h.Addr = binary.LittleEndian.Uint64(b[off:])
+		off += addrSize
+	}
+	if int64(len(b)-off) != h.PayloadLen() {
+		return h, record{}, fmt.Errorf("%w: record of %d bytes for a frame of kind %d with %d payload bytes", engine.ErrFrame, len(b), h.Kind, h.PayloadLen())
+	}
+	return h, record{b: b[off:]}, nil
+}
+
+// record is the payload of the record being delivered, as an
+// engine.Source.
+type record struct{ b []byte }
+
+func (r *record) ReadFull(dst []byte) error {
+	if len(dst) > len(r.b) {
+		return fmt.Errorf("%w: payload of %d bytes read for %d", engine.ErrFrame, len(r.b), len(dst))
+	}
+	n := copy(dst, r.b)
+	r.b = r.b[n:]
+	return nil
+}
+
+func (r *record) Discard(n int) error {
+	if n > len(r.b) {
+		return fmt.Errorf("%w: payload of %d bytes skipped for %d", engine.ErrFrame, len(r.b), n)
+	}
+	r.b = r.b[n:]
+	return nil
+}

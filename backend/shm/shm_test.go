@@ -1,0 +1,256 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/engine"
+)
+
+// socketPair returns the two ends of a unix stream socket pair.
+func socketPair(t testing.TB) (a, b *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		require.NoError(t, err)
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// pair joins two engines (ranks 0 and 1 of one job, in this process)
+// through shared memory.
+func pair(t testing.TB) (e [2]*engine.Engine, h [2]*Hub) {
+	t.Helper()
+	a, b := socketPair(t)
+	conns := [2]*net.UnixConn{a, b}
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range 2 {
+		var err error
+		e[i], err = engine.New(engine.Options{Rank: i, Size: 2, Linger: time.Second, LocalRanks: 2})
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			h[i], errs[i] = Join(ctx, e[i], []Local{{Rank: 1 - i, Conn: conns[i]}})
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	h[0].Start()
+	h[1].Start()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, x := range e {
+			wg.Add(1)
+			go func() { defer wg.Done(); x.Close() }()
+		}
+		wg.Wait()
+	})
+	return e, h
+}
+
+func bytesOf(b []byte) backend.Buffer {
+	if len(b) == 0 {
+		return backend.Buffer{Type: backend.Uint8}
+	}
+	return backend.Buffer{Ptr: unsafe.Pointer(unsafe.SliceData(b)), Count: int64(len(b)), Type: backend.Uint8}
+}
+
+func pattern(n, seed int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*31 + seed)
+	}
+	return b
+}
+
+// exchange sends msgs from rank 0 to rank 1, all posted before any
+// receive, and checks that each arrives whole and in order.
+func exchange(t *testing.T, e [2]*engine.Engine, sizes []int) {
+	t.Helper()
+	var sends []backend.Request
+	for i, n := range sizes {
+		r, err := e[0].Isend(bytesOf(pattern(n, i)), 1, 3, 0)
+		require.NoError(t, err, "send %d of %d bytes", i, n)
+		sends = append(sends, r)
+	}
+	for i, n := range sizes {
+		got := make([]byte, n)
+		r, err := e[1].Irecv(bytesOf(got), 0, 3, 0)
+		require.NoError(t, err)
+		st, err := r.Wait(10 * time.Second)
+		require.NoError(t, err, "receive %d of %d bytes", i, n)
+		r.Release()
+		require.Equal(t, int64(n), st.Count)
+		require.Equal(t, pattern(n, i), got, "message %d of %d bytes", i, n)
+	}
+	for i, r := range sends {
+		_, err := r.Wait(10 * time.Second)
+		require.NoError(t, err, "send %d", i)
+		r.Release()
+	}
+}
+
+var sizes = []int{0, 1, 1000, maxEager, maxEager + 1, 3 << 20}
+
+// TestSizes: eager messages through the ring, large ones pulled in one
+// copy (where this kernel allows it).
+func TestSizes(t *testing.T) {
+	e, h := pair(t)
+	assert.Equal(t, "shm", e[0].Transport(1))
+	t.Logf("single copy: %v", h[1].links[0].read.Load())
+	exchange(t, e, sizes)
+}
+
+// TestTwoCopies: with single copy off, a large message goes through the
+// ring in DATA chunks, the sender's writer waiting for room.
+func TestTwoCopies(t *testing.T) {
+	singleCopy = false
+	defer func() { singleCopy = true }()
+	e, h := pair(t)
+	require.False(t, h[0].links[0].pull)
+	exchange(t, e, []int{maxEager + 1, 3 << 20, 20 << 20})
+}
+
+// TestRingFull: more eager messages than the ring holds, all sent before
+// any is received, wait in the sender's outbox and arrive in order.
+func TestRingFull(t *testing.T) {
+	e, _ := pair(t)
+	n := 4 * ringCap(1) / maxEager
+	many := make([]int, n)
+	for i := range many {
+		many[i] = maxEager - i%7
+	}
+	exchange(t, e, many)
+}
+
+// TestCorruptRecord: a record that is not a frame ends the link: the
+// receiver's pending receive fails with ErrPeerLost, and the ring is not
+// read again.
+func TestCorruptRecord(t *testing.T) {
+	e, h := pair(t)
+	got := make([]byte, 8)
+	r, err := e[1].Irecv(bytesOf(got), 0, 3, 0)
+	require.NoError(t, err)
+	l := h[0].links[0]
+	l.wmu.Lock()
+	b := l.out.Reserve(engine.HeaderSize)
+	copy(b, []byte{99, 1, 2, 3}) // kind 99
+	l.out.Commit()
+	l.wmu.Unlock()
+	l.peerBell.Ring()
+	_, err = r.Wait(5 * time.Second)
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.ErrorContains(t, err, "malformed frame")
+	r.Release()
+}
+
+// TestPeerGone: when the peer's socket ends without a goodbye (its
+// process died: the kernel closes its sockets), pending operations with it
+// end with ErrPeerLost at once.
+func TestPeerGone(t *testing.T) {
+	e, h := pair(t)
+	got := make([]byte, 8)
+	r, err := e[1].Irecv(bytesOf(got), 0, 3, 0)
+	require.NoError(t, err)
+	big := pattern(1<<20, 1)
+	s, err := e[1].Isend(bytesOf(big), 0, 4, 0) // waits for a receive that never comes
+	require.NoError(t, err)
+	start := time.Now()
+	h[0].links[0].uc.Close() // rank 0 "dies"
+	_, err = r.Wait(5 * time.Second)
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.ErrorContains(t, err, "without a goodbye")
+	_, err = s.Wait(5 * time.Second)
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	r.Release()
+	s.Release()
+}
+
+// TestCloseTellsPeer: Close sends BYE; the peer's pending receive ends
+// with ErrPeerLost that says the rank closed in order.
+func TestCloseTellsPeer(t *testing.T) {
+	e, _ := pair(t)
+	got := make([]byte, 8)
+	r, err := e[1].Irecv(bytesOf(got), 0, 3, 0)
+	require.NoError(t, err)
+	go e[0].Close()
+	_, err = r.Wait(5 * time.Second)
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.ErrorIs(t, err, backend.ErrPeerClosed)
+	r.Release()
+}
+
+// BenchmarkPingPong is a blocking round trip between two in-process ranks
+// over shared memory; ns/op is one round trip.
+func BenchmarkPingPong(b *testing.B) {
+	for _, n := range []int{1, 4 << 10, 64 << 10, 1 << 20} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			e, _ := pair(b)
+			buf0, buf1 := make([]byte, n), make([]byte, n)
+			b.SetBytes(int64(2 * n))
+			b.ReportAllocs()
+			done := make(chan error, 1)
+			round := func(c *engine.Engine, buf []byte, peer int, first bool) error {
+				for k := range 2 {
+					var r backend.Request
+					var err error
+					if (k == 0) == first {
+						r, err = c.Isend(bytesOf(buf), peer, 0, 0)
+					} else {
+						r, err = c.Irecv(bytesOf(buf), peer, 0, 0)
+					}
+					if err == nil {
+						_, err = r.Wait(10 * time.Second)
+						r.Release()
+					}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			b.ResetTimer()
+			go func() {
+				for range b.N {
+					if err := round(e[1], buf1, 0, false); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			for range b.N {
+				if err := round(e[0], buf0, 1, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,205 @@
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/courier-mp/courier/internal/auth"
+)
+
+// The handshake on a new peer connection (PROTOCOL.md, "Handshake"): the
+// acceptor challenges, the dialer proves it holds the job key and says its
+// rank, the acceptor proves the same back.
+const (
+	hsMagic   = "CRR1"
+	hsVersion = 1
+	hsContext = "courier-tcp-peer"
+	hsOK      = 0
+	hsRefused = 1
+	// hsMaxText bounds a refusal's text.
+	hsMaxText = 1024
+)
+
+type handshake struct {
+	key        string
+	rank, size int
+}
+
+func ranksBytes(rank, size int) []byte {
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[0:], uint32(rank))
+	binary.LittleEndian.PutUint32(b[4:], uint32(size))
+	return b[:]
+}
+
+// errHandshake marks a refused or malformed handshake.
+var errHandshake = errors.New("handshake failed")
+
+func dialPeer(ctx context.Context, network, addr string, hs handshake, want int) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: connecting to rank %d at %s: %w", want, addr, err)
+	}
+	if err := hs.dial(ctx, nc, want); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// helloSize is the acceptor's first message: magic, version, nonce.
+const helloSize = 4 + 2 + auth.NonceSize
+
+// claimSize is the dialer's reply: magic, version, rank, size, nonce, proof.
+const claimSize = 4 + 2 + 8 + auth.NonceSize + auth.MACSize
+
+// dial runs the dialer's side; want is the rank expected at the other end.
+func (hs handshake) dial(ctx context.Context, nc net.Conn, want int) error {
+	defer deadline(ctx, nc)()
+	var hello [helloSize]byte
+	if _, err := io.ReadFull(nc, hello[:]); err != nil {
+		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+	}
+	nonce, err := parseHello(hello[:])
+	if err != nil {
+		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+	}
+	mine := auth.Nonce()
+	claim := make([]byte, 0, claimSize)
+	claim = append(claim, hsMagic...)
+	claim = binary.LittleEndian.AppendUint16(claim, hsVersion)
+	claim = append(claim, ranksBytes(hs.rank, hs.size)...)
+	claim = append(claim, mine[:]...)
+	proof := auth.Prove(hs.key, hsContext, nonce, ranksBytes(hs.rank, hs.size))
+	claim = append(claim, proof[:]...)
+	if _, err := nc.Write(claim); err != nil {
+		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+	}
+	var status [1]byte
+	if _, err := io.ReadFull(nc, status[:]); err != nil {
+		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+	}
+	if status[0] != hsOK {
+		return fmt.Errorf("tcp: rank %d refused this rank: %w", want, readRefusal(nc))
+	}
+	var reply [4 + auth.MACSize]byte
+	if _, err := io.ReadFull(nc, reply[:]); err != nil {
+		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+	}
+	got := int(binary.LittleEndian.Uint32(reply[:4]))
+	if got != want || !auth.Verify(hs.key, hsContext, mine, reply[4:], ranksBytes(got, hs.size)) {
+		return fmt.Errorf("tcp: the process at rank %d's address is not rank %d of this job: %w", want, want, errHandshake)
+	}
+	return nil
+}
+
+// accept runs the acceptor's side and returns the dialer's rank.
+func (hs handshake) accept(ctx context.Context, nc net.Conn) (int, error) {
+	defer deadline(ctx, nc)()
+	nonce := auth.Nonce()
+	hello := make([]byte, 0, helloSize)
+	hello = append(hello, hsMagic...)
+	hello = binary.LittleEndian.AppendUint16(hello, hsVersion)
+	hello = append(hello, nonce[:]...)
+	if _, err := nc.Write(hello); err != nil {
+		return -1, fmt.Errorf("tcp: handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	var claim [claimSize]byte
+	if _, err := io.ReadFull(nc, claim[:]); err != nil {
+		return -1, fmt.Errorf("tcp: handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	c, err := parseClaim(claim[:])
+	if err != nil {
+		return -1, fmt.Errorf("tcp: handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	refuse := func(why string) (int, error) {
+		msg := []byte(why)[:min(len(why), hsMaxText)]
+		out := append([]byte{hsRefused}, binary.LittleEndian.AppendUint16(nil, uint16(len(msg)))...)
+		nc.Write(append(out, msg...))
+		return -1, fmt.Errorf("tcp: refused a connection from %s: %s: %w", nc.RemoteAddr(), why, errHandshake)
+	}
+	if !auth.Verify(hs.key, hsContext, nonce, c.proof[:], ranksBytes(c.rank, c.size)) {
+		return refuse("connection from another job: job key mismatch")
+	}
+	if c.size != hs.size {
+		return refuse(fmt.Sprintf("size mismatch: rank %d has %d ranks, the dialer says %d", hs.rank, hs.size, c.size))
+	}
+	if c.rank <= hs.rank || c.rank >= hs.size {
+		return refuse(fmt.Sprintf("rank %d may not dial rank %d", c.rank, hs.rank))
+	}
+	proof := auth.Prove(hs.key, hsContext, c.nonce, ranksBytes(hs.rank, hs.size))
+	reply := append([]byte{hsOK}, binary.LittleEndian.AppendUint32(nil, uint32(hs.rank))...)
+	if _, err := nc.Write(append(reply, proof[:]...)); err != nil {
+		return -1, fmt.Errorf("tcp: handshake with rank %d: %w", c.rank, err)
+	}
+	return c.rank, nil
+}
+
+// deadline applies ctx's deadline to nc for the handshake and returns the
+// function that lifts it.
+func deadline(ctx context.Context, nc net.Conn) func() {
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	return func() {
+		stop()
+		nc.SetDeadline(time.Time{})
+	}
+}
+
+func parseHello(b []byte) ([auth.NonceSize]byte, error) {
+	var nonce [auth.NonceSize]byte
+	if len(b) < helloSize || string(b[:4]) != hsMagic {
+		return nonce, fmt.Errorf("%w: not a courier peer", errHandshake)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != hsVersion {
+		return nonce, fmt.Errorf("%w: protocol version %d, want %d", errHandshake, v, hsVersion)
+	}
+	copy(nonce[:], b[6:])
+	return nonce, nil
+}
+
+type claim struct {
+	rank, size int
+	nonce      [auth.NonceSize]byte
+	proof      [auth.MACSize]byte
+}
+
+func parseClaim(b []byte) (claim, error) {
+	var c claim
+	if len(b) < claimSize || string(b[:4]) != hsMagic {
+		return c, fmt.Errorf("%w: not a courier peer", errHandshake)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != hsVersion {
+		return c, fmt.Errorf("%w: protocol version %d, want %d", errHandshake, v, hsVersion)
+	}
+	r, s := binary.LittleEndian.Uint32(b[6:]), binary.LittleEndian.Uint32(b[10:])
+	if r > 1<<30 || s > 1<<30 {
+		return c, fmt.Errorf("%w: rank %d of %d", errHandshake, r, s)
+	}
+	c.rank, c.size = int(r), int(s)
+	copy(c.nonce[:], b[14:])
+	copy(c.proof[:], b[14+auth.NonceSize:])
+	return c, nil
+}
+
+func readRefusal(r io.Reader) error {
+	var n [2]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return fmt.Errorf("%w: %v", errHandshake, err)
+	}
+	l := min(int(binary.LittleEndian.Uint16(n[:])), hsMaxText)
+	msg := make([]byte, l)
+	if _, err := io.ReadFull(r, msg); err != nil {
+		return fmt.Errorf("%w: %v", errHandshake, err)
+	}
+	return fmt.Errorf("%w: %s", errHandshake, strconv.QuoteToGraphic(string(msg)))
+}

@@ -1,0 +1,274 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Peer is the engine's side of the link to one other rank: what it knows
+// of that rank, and the entry points the link calls.
+type Peer struct {
+	e      *Engine
+	rank   int
+	link   Link
+	puller Puller
+	eager  int64
+
+	lost    error                   // under e.mu: why operations with this peer fail
+	down    atomic.Pointer[error]   // the same, for senders that do not take e.mu
+	bye     atomic.Bool             // the peer said it closed its communicator
+	reading atomic.Pointer[request] // a receive the link's reader is filling
+	writing atomic.Pointer[request] // a send the link's writer is transmitting
+	readMsg *message                // an unexpected eager message being read (reader only; under e.mu to change)
+	recvSeq uint64                  // reader only
+}
+
+// Source is where a frame's payload comes from while the link delivers
+// it: the socket, or the ring record.
+type Source interface {
+	// ReadFull fills dst with the next len(dst) payload bytes.
+	ReadFull(dst []byte) error
+	// Discard skips the next n payload bytes.
+	Discard(n int) error
+}
+
+// Rank is the peer's rank.
+func (p *Peer) Rank() int { return p.rank }
+
+// EagerLimit is the largest payload an EAGER frame from this peer may carry.
+func (p *Peer) EagerLimit() int64 { return p.eager }
+
+// Bye reports whether the peer has said goodbye: nothing more comes from
+// it.
+func (p *Peer) Bye() bool { return p.bye.Load() }
+
+// Arrive hands the engine one frame from the peer, whose payload (EAGER,
+// DATA) src supplies. An error means the link is corrupt or broken: the
+// link must stop reading and report Broken.
+func (p *Peer) Arrive(h *Header, src Source) error {
+	switch h.Kind {
+	case KindEager:
+		return p.onEager(h, src)
+	case KindRTS:
+		return p.onRTS(h)
+	case KindCTS:
+		return p.onCTS(h)
+	case KindData:
+		return p.onData(h, src)
+	case KindBye:
+		p.bye.Store(true)
+		if h.Flags&ByeAborted != 0 {
+			p.e.failPeer(p, fmt.Errorf("%w: rank %d aborted its communicator", backend.ErrPeerLost, p.rank))
+		} else {
+			p.e.failPeer(p, fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed))
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: kind %d", ErrFrame, h.Kind)
+}
+
+// Broken reports the end of the link: err is why (io.EOF when the peer's
+// side closed). Every operation with the peer ends.
+func (p *Peer) Broken(err error) {
+	p.e.failPeer(p, p.lossError(err))
+}
+
+// checkSeq verifies a message's sequence number (reader only).
+func (p *Peer) checkSeq(h *Header) error {
+	if h.Seq != p.recvSeq {
+		return fmt.Errorf("%w: message %d from rank %d arrived where %d was due", ErrFrame, h.Seq, p.rank, p.recvSeq)
+	}
+	p.recvSeq++
+	return nil
+}
+
+func (p *Peer) onEager(h *Header, src Source) error {
+	e := p.e
+	env := envelope{src: p.rank, tag: int(h.Tag), typ: h.Type, count: h.Count}
+	n := env.bytes()
+	if err := p.checkSeq(h); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if r := e.takePosted(&env); r != nil {
+		p.reading.Store(r)
+		e.mu.Unlock()
+		err := e.verdict(r, &env)
+		if err == nil {
+			if rerr := src.ReadFull(r.buf.Bytes()[:n]); rerr != nil {
+				p.reading.Store(nil)
+				r.complete(env.status(), p.lossError(rerr))
+				return rerr
+			}
+		} else if derr := src.Discard(int(n)); derr != nil {
+			p.reading.Store(nil)
+			r.complete(env.status(), p.lossError(derr))
+			return derr
+		}
+		p.reading.Store(nil)
+		r.complete(env.status(), err)
+		return nil
+	}
+	m := &message{envelope: env, kind: KindEager}
+	if n > 0 {
+		m.data = getBuf(int(n))
+	}
+	e.unexpected = append(e.unexpected, m)
+	p.readMsg = m
+	e.mu.Unlock()
+	err := src.ReadFull(m.data)
+	e.mu.Lock()
+	p.readMsg = nil
+	r := m.recv
+	m.recv = nil
+	if err != nil {
+		e.removeUnexpected(m)
+		e.mu.Unlock()
+		putBuf(m.data)
+		if r != nil {
+			r.complete(env.status(), p.lossError(err))
+		}
+		return err
+	}
+	m.ready = true
+	e.mu.Unlock()
+	if r != nil {
+		e.deliver(r, &m.envelope, m.data)
+		putBuf(m.data)
+	}
+	return nil
+}
+
+func (p *Peer) onRTS(h *Header) error {
+	e := p.e
+	env := envelope{src: p.rank, tag: int(h.Tag), typ: h.Type, count: h.Count}
+	if err := p.checkSeq(h); err != nil {
+		return err
+	}
+	pull := h.Flags&RTSPull != 0
+	if pull && p.puller == nil {
+		return fmt.Errorf("%w: rank %d offered a pulled rendezvous over a link that cannot pull", ErrFrame, p.rank)
+	}
+	e.mu.Lock()
+	if r := e.takePosted(&env); r != nil {
+		e.acceptRTS(r, &env, h.SID, h.Addr, pull) // unlocks
+		return nil
+	}
+	e.unexpected = append(e.unexpected, &message{envelope: env, kind: KindRTS, sid: h.SID, addr: h.Addr, pull: pull})
+	e.mu.Unlock()
+	return nil
+}
+
+func (p *Peer) onCTS(h *Header) error {
+	e := p.e
+	e.mu.Lock()
+	r := e.inflight[h.SID]
+	if r == nil {
+		e.mu.Unlock()
+		return nil // ended by a failure sweep; nothing to send
+	}
+	if r.kind != reqSend || r.peer != p.rank {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: CTS from rank %d for a request it does not hold", ErrFrame, p.rank)
+	}
+	if h.Flags&CTSDone != 0 {
+		delete(e.inflight, h.SID)
+		e.mu.Unlock()
+		r.complete(e.sendStatus(r), nil)
+		return nil
+	}
+	if h.Flags != 0 {
+		delete(e.inflight, h.SID)
+		e.mu.Unlock()
+		reason := backend.ErrMismatch
+		what := "disagrees on element type or count"
+		if h.Flags&CTSTruncate != 0 {
+			reason = backend.ErrTruncate
+			what = "posted a smaller buffer"
+		}
+		r.complete(e.sendStatus(r), fmt.Errorf("%w: rank %d sent %d × %v (tag %d); receiving rank %d %s",
+			reason, e.rank, r.buf.Count, r.buf.Type, r.tag, p.rank, what))
+		return nil
+	}
+	e.mu.Unlock()
+	p.link.Queue(Job{Kind: KindData, SID: h.SID, RID: h.Seq, send: r})
+	return nil
+}
+
+func (p *Peer) onData(h *Header, src Source) error {
+	e := p.e
+	rid, off, n := h.Seq, int64(h.SID), h.Count
+	e.mu.Lock()
+	r := e.inflight[rid]
+	if r == nil || r.kind != reqRecv || r.src != p.rank || off+n > r.want {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: DATA from rank %d for %d bytes at %d of request %d, which is not expecting it", ErrFrame, p.rank, n, off, rid)
+	}
+	p.reading.Store(r)
+	e.mu.Unlock()
+	if err := src.ReadFull(r.buf.Bytes()[off : off+n]); err != nil {
+		e.mu.Lock()
+		delete(e.inflight, rid)
+		p.reading.Store(nil)
+		e.mu.Unlock()
+		r.complete(backend.Status{Source: r.src, Tag: r.mtag, Count: r.mcount}, p.lossError(err))
+		return err
+	}
+	r.got += n
+	e.mu.Lock()
+	done := r.got == r.want
+	if done {
+		delete(e.inflight, rid)
+	}
+	p.reading.Store(nil)
+	e.mu.Unlock()
+	if done {
+		r.complete(backend.Status{Source: r.src, Tag: r.mtag, Count: r.mcount}, nil)
+	}
+	return nil
+}
+
+// owns reports whether p's link owns r; under e.mu.
+func (p *Peer) owns(r *request) bool {
+	return p.reading.Load() == r || p.writing.Load() == r
+}
+
+func (p *Peer) downErr() error {
+	if e := p.e.dead.Load(); e != nil {
+		return *e
+	}
+	if e := p.down.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// writeFailed turns a write error into the peer's loss.
+func (p *Peer) writeFailed(err error) error {
+	p.e.failPeer(p, p.lossError(err))
+	return p.downErr()
+}
+
+// lossError explains why the link to p broke.
+func (p *Peer) lossError(err error) error {
+	if e := p.e.dead.Load(); e != nil {
+		return *e
+	}
+	if p.bye.Load() {
+		return fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed)
+	}
+	if errors.Is(err, backend.ErrPeerLost) {
+		return err
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: rank %d: connection closed without a goodbye (process exited or was killed)", backend.ErrPeerLost, p.rank)
+	}
+	return fmt.Errorf("%w: rank %d: %v", backend.ErrPeerLost, p.rank, err)
+}
+
+// Down returns why operations with the peer fail, or nil.
+func (p *Peer) Down() error { return p.downErr() }

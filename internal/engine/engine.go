@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Engine is one rank's point-to-point layer over its links: MPI matching
+// (posted and unexpected queues, wildcards, non-overtaking), the eager and
+// rendezvous protocols, checks, probe, failure and the pending report. It
+// implements backend.Conn and backend.Prober.
+type Engine struct {
+	rank, size int
+	check      bool
+	peers      []*Peer // nil at rank
+	pollers    []Poller
+	yield      bool // ranks outnumber cores: spinners yield the core
+
+	mu         sync.Mutex
+	posted     []*request          // receives in the order they were posted
+	unexpected []*message          // messages in the order they arrived
+	inflight   map[uint64]*request // rendezvous under way, by id
+	nextID     uint64
+	fatal      error                 // set by Close or Abort: every new operation fails with it
+	dead       atomic.Pointer[error] // fatal, for paths that do not take mu
+
+	closeOnce sync.Once
+	closing   atomic.Bool
+	linger    time.Duration
+	wg        sync.WaitGroup // the links' goroutines
+}
+
+// Options configures New.
+type Options struct {
+	Rank, Size int
+	// Check turns on the strict checks of COURIER_CHECK=1.
+	Check bool
+	// Linger bounds Close's wait for peers to say goodbye.
+	Linger time.Duration
+	// LocalRanks is the number of ranks of the job on this host (0:
+	// unknown); spinning waiters yield the core when it exceeds the
+	// number of CPUs this process may run on.
+	LocalRanks int
+}
+
+// DefaultLinger bounds how long Close waits for peers to acknowledge the
+// end of their links before it ends them anyway.
+const DefaultLinger = 2 * time.Second
+
+// New makes an engine with no links; Attach them, then Start.
+func New(o Options) (*Engine, error) {
+	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
+		return nil, fmt.Errorf("%w: rank %d of %d", backend.ErrInvalid, o.Rank, o.Size)
+	}
+	e := &Engine{
+		rank:     o.Rank,
+		size:     o.Size,
+		check:    o.Check,
+		peers:    make([]*Peer, o.Size),
+		inflight: make(map[uint64]*request),
+		nextID:   1,
+		linger:   o.Linger,
+		yield:    o.LocalRanks > runtime.GOMAXPROCS(0) || o.LocalRanks > runtime.NumCPU(),
+	}
+	if e.linger <= 0 {
+		e.linger = DefaultLinger
+	}
+	return e, nil
+}
+
+// Rank is the engine's own rank.
+func (e *Engine) Rank() int { return e.rank }
+
+// Size is the number of ranks.
+func (e *Engine) Size() int { return e.size }
+
+// Attach gives the engine its link to rank and returns the peer the link
+// reports to. Call it for every other rank before any traffic.
+func (e *Engine) Attach(rank int, l Link) *Peer {
+	p := &Peer{e: e, rank: rank, link: l, eager: min(l.EagerLimit(), EagerLimit)}
+	p.puller, _ = l.(Puller)
+	e.peers[rank] = p
+	return p
+}
+
+// AddPoller registers a transport whose arrivals waiting goroutines poll.
+func (e *Engine) AddPoller(p Poller) { e.pollers = append(e.pollers, p) }
+
+// Go runs f as one of the engine's goroutines: Close and Abort wait for it
+// to return.
+func (e *Engine) Go(f func()) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f()
+	}()
+}
+
+// Closing reports whether Close has begun.
+func (e *Engine) Closing() bool { return e.closing.Load() }
+
+// Missing returns an error naming the first rank other than this one
+// without a link, or nil.
+func (e *Engine) Missing() error {
+	for j, p := range e.peers {
+		if j != e.rank && p == nil {
+			return fmt.Errorf("%w: no link to rank %d", backend.ErrInvalid, j)
+		}
+	}
+	return nil
+}
+
+// Close implements backend.Conn: pending operations end with ErrClosed,
+// each peer is sent BYE, and Close waits (up to the linger time) for the
+// peers to finish their links before it ends them and joins their
+// goroutines.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.closing.Store(true)
+		e.failAll(backend.ErrClosed)
+		dl := time.Now().Add(e.linger)
+		for _, p := range e.peers {
+			if p != nil {
+				p.link.Goodbye(dl)
+			}
+		}
+		done := make(chan struct{})
+		go func() { e.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(e.linger + time.Second):
+		}
+		for _, p := range e.peers {
+			if p != nil {
+				p.link.Kill(false)
+			}
+		}
+		<-done
+	})
+	return nil
+}
+
+// Abort implements backend.Conn.
+func (e *Engine) Abort(err error) {
+	e.failAll(err)
+	for _, p := range e.peers {
+		if p != nil {
+			p.link.Kill(true)
+		}
+	}
+}
+
+// Transport names what carries messages to rank j: "self" for this rank,
+// else the link's own name ("tcp", "shm").
+func (e *Engine) Transport(j int) string {
+	if j == e.rank {
+		return "self"
+	}
+	if j < 0 || j >= e.size || e.peers[j] == nil {
+		return ""
+	}
+	if n, ok := e.peers[j].link.(interface{ Transport() string }); ok {
+		return n.Transport()
+	}
+	return "?"
+}

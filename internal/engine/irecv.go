@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Irecv implements backend.Conn: it takes the oldest matching unexpected
+// message, or posts the receive for the next matching arrival.
+func (e *Engine) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
+	if source != backend.AnySource && (source < 0 || source >= e.size) {
+		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, source, e.size)
+	}
+	if buf.Mem == backend.Device {
+		host := make([]byte, buf.Len())
+		r, err := e.Irecv(hostBuffer(host, buf), source, tag, caller)
+		if err != nil {
+			return nil, err
+		}
+		return &stagedRecv{Request: r, dev: buf, host: host}, nil
+	}
+	r := newRequest(e, reqRecv, buf, source, tag, caller)
+	var p *Peer
+	if source >= 0 {
+		p = e.peers[source]
+	}
+	e.mu.Lock()
+	i := e.findUnexpected(source, tag)
+	if i < 0 {
+		if err := e.usable(p); err != nil {
+			e.mu.Unlock()
+			r.Release()
+			return nil, err
+		}
+		e.posted = append(e.posted, r)
+		e.mu.Unlock()
+		return r, nil
+	}
+	m := e.unexpected[i]
+	e.unexpected = slices.Delete(e.unexpected, i, i+1)
+	switch {
+	case m.kind == KindRTS:
+		e.acceptRTS(r, &m.envelope, m.sid, m.addr, m.pull) // unlocks
+	case m.ready:
+		e.mu.Unlock()
+		e.deliver(r, &m.envelope, m.data)
+		putBuf(m.data)
+	default:
+		// The payload is still being read; the reader delivers it.
+		m.recv = r
+		e.mu.Unlock()
+	}
+	return r, nil
+}

@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Isend implements backend.Conn: a message up to the link's eager limit
+// goes whole and the send completes when the link has it; a larger one is
+// announced (RTS) and completes when the receiver has taken it.
+func (e *Engine) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend.Request, error) {
+	if dest < 0 || dest >= e.size {
+		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, dest, e.size)
+	}
+	if buf.Mem == backend.Device {
+		staged, err := stageOut(buf)
+		if err != nil {
+			return nil, err
+		}
+		buf = staged
+	}
+	r := newRequest(e, reqSend, buf, dest, tag, caller)
+	if dest == e.rank {
+		if err := e.sendSelf(r); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+	p := e.peers[dest]
+	if buf.Len() <= p.eager {
+		if err := p.sendEager(r); err != nil {
+			r.Release()
+			return nil, err
+		}
+		r.complete(e.sendStatus(r), nil)
+		return r, nil
+	}
+	e.mu.Lock()
+	if err := e.usable(p); err != nil {
+		e.mu.Unlock()
+		r.Release()
+		return nil, err
+	}
+	r.id = e.register(r)
+	e.mu.Unlock()
+	if err := p.sendRTS(r); err != nil {
+		e.mu.Lock()
+		_, mine := e.inflight[r.id]
+		delete(e.inflight, r.id)
+		e.mu.Unlock()
+		if !mine {
+			// A failure sweep completed it already; the user gets it.
+			return r, nil
+		}
+		r.Release()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (e *Engine) sendStatus(r *request) backend.Status {
+	return backend.Status{Source: e.rank, Tag: r.tag, Count: r.buf.Count}
+}
+
+// sendSelf delivers a message to this rank: straight into a posted
+// receive, or copied aside until one is posted. A send to oneself never
+// waits for the receive, whatever its size.
+func (e *Engine) sendSelf(r *request) error {
+	e.mu.Lock()
+	if e.fatal != nil {
+		e.mu.Unlock()
+		r.Release()
+		return e.fatal
+	}
+	env := envelope{src: e.rank, tag: r.tag, typ: r.buf.Type, count: r.buf.Count}
+	if q := e.takePosted(&env); q != nil {
+		e.mu.Unlock()
+		e.deliver(q, &env, r.buf.Bytes())
+		r.complete(e.sendStatus(r), nil)
+		return nil
+	}
+	m := &message{envelope: env, kind: KindEager, ready: true}
+	if n := r.buf.Len(); n > 0 {
+		m.data = getBuf(int(n))
+		copy(m.data, r.buf.Bytes())
+	}
+	e.unexpected = append(e.unexpected, m)
+	e.mu.Unlock()
+	r.complete(e.sendStatus(r), nil)
+	return nil
+}
+
+// sendEager writes a whole small message.
+func (p *Peer) sendEager(r *request) error {
+	if err := p.downErr(); err != nil {
+		return err
+	}
+	// The header lives in the request: a local would escape to the heap
+	// through the interface call.
+	h := &r.hdr
+	*h = Header{Kind: KindEager, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count}
+	if err := p.link.Send(h, r.buf.Bytes()); err != nil {
+		return p.writeFailed(err)
+	}
+	return nil
+}
+
+// sendRTS announces a large message; a link that pulls gets its address.
+func (p *Peer) sendRTS(r *request) error {
+	if err := p.downErr(); err != nil {
+		return err
+	}
+	h := &r.hdr
+	*h = Header{Kind: KindRTS, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, SID: r.id}
+	if p.puller != nil {
+		if addr, ok := p.puller.PullAddr(r.buf.Bytes()); ok {
+			h.Flags |= RTSPull
+			h.Addr = addr
+		}
+	}
+	if err := p.link.Send(h, nil); err != nil {
+		return p.writeFailed(err)
+	}
+	return nil
+}
+
+// SendData sends the DATA of a KindData job: the link's writer calls it
+// with a function that writes one frame; chunk bounds each frame's
+// payload. It returns the write error that broke the link, if any; the
+// send's request is completed either way.
+func (p *Peer) SendData(j Job, chunk int, write func(h *Header, payload []byte) error) error {
+	data, ok := p.DataStart(j)
+	if !ok {
+		return nil
+	}
+	chunk = min(max(chunk, 1), MaxChunk)
+	var err error
+	if err = p.downErr(); err == nil {
+		for off := 0; off < len(data); off += chunk {
+			n := min(chunk, len(data)-off)
+			h := DataHeader(j, off, n)
+			if err = write(&h, data[off:off+n]); err != nil {
+				err = p.lossError(err)
+				break
+			}
+		}
+	}
+	p.DataEnd(j, err)
+	return err
+}
+
+// DataStart begins a KindData job for a link that writes the chunks
+// itself: it returns the payload to send, or false when the send has
+// ended meanwhile (nothing to do). From DataStart to DataEnd the link owns
+// the send.
+func (p *Peer) DataStart(j Job) ([]byte, bool) {
+	e := p.e
+	r := j.send
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r == nil || e.inflight[j.SID] != r {
+		return nil, false // ended by a failure sweep meanwhile
+	}
+	p.writing.Store(r)
+	return r.buf.Bytes(), true
+}
+
+// DataHeader is the header of the DATA chunk of n bytes at off of job j.
+func DataHeader(j Job, off, n int) Header {
+	return Header{Kind: KindData, Count: int64(n), Seq: j.RID, SID: uint64(off)}
+}
+
+// DataEnd ends a KindData job begun by DataStart: the send completes, with
+// err (the link's loss) if the chunks could not all be written.
+func (p *Peer) DataEnd(j Job, err error) {
+	e := p.e
+	r := j.send
+	e.mu.Lock()
+	delete(e.inflight, j.SID)
+	p.writing.Store(nil)
+	e.mu.Unlock()
+	if err != nil {
+		err = p.lossError(err)
+	}
+	r.complete(e.sendStatus(r), err)
+}

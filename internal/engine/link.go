@@ -1,0 +1,80 @@
+package engine
+
+import "time"
+
+// Link is the byte transport to one peer: it moves the engine's frames in
+// order and knows nothing of matching. The TCP link writes them to a
+// socket; the shared-memory link puts them in a ring.
+//
+// A link delivers what arrives by calling its Peer's Arrive, one frame at a
+// time, in order; it reports its end with Peer.Broken. It never waits for a
+// user: the goroutine (or poller) that reads a link does not block on
+// writing to it, so exchanges in both directions cannot deadlock.
+type Link interface {
+	// Send writes one EAGER or RTS frame from the calling goroutine, now,
+	// in order with the link's other frames, and numbers it (h.Seq, from 0
+	// per link). The payload may be reused when Send returns. It may block
+	// while the transport is busy, never on the peer posting a receive; an
+	// error means the link is broken.
+	Send(h *Header, payload []byte) error
+	// Queue hands work to the link's writer, which does it later, in
+	// order, without blocking the caller: a CTS answer, the DATA of a send
+	// whose CTS came (Peer.SendData), or BYE.
+	Queue(j Job)
+	// EagerLimit is the largest payload the link sends whole.
+	EagerLimit() int64
+	// Goodbye queues BYE behind what is queued, and bounds the rest of the
+	// link's life by deadline: the peer's BYE, or the deadline, ends it.
+	Goodbye(deadline time.Time)
+	// Kill ends the link at once; with aborted, it first tells the peer
+	// this rank aborted if it can do so without waiting. Its goroutines
+	// return soon after; the engine's Close and Abort wait for them.
+	Kill(aborted bool)
+}
+
+// Job is work for a link's writer.
+type Job struct {
+	// Kind is KindCTS (write a CTS frame: Flags, SID, RID), KindData (send
+	// the DATA of a large message: call Peer.SendData) or KindBye (write
+	// BYE, then end the sending side).
+	Kind  uint8
+	Flags uint16
+	SID   uint64 // the sender's id
+	RID   uint64 // the receiver's id
+	send  *request
+}
+
+// CTS returns the header of a KindCTS job.
+func (j *Job) CTS() Header {
+	return Header{Kind: KindCTS, Flags: j.Flags, Seq: j.RID, SID: j.SID}
+}
+
+// Puller is a Link that can copy a large message straight out of the
+// sender's memory (one copy, as process_vm_readv does). Its sender puts
+// the payload's address in the RTS (RTSPull, Addr); the receiver pulls it
+// and answers CTSDone.
+type Puller interface {
+	// PullAddr returns the address the peer should read buf at, and
+	// whether this link pulls at all.
+	PullAddr(buf []byte) (uint64, bool)
+	// Pull copies len(dst) bytes from the peer's memory at addr. An error
+	// matching ErrNotSupported makes the engine fall back to CTS and DATA.
+	Pull(dst []byte, addr uint64) error
+}
+
+// Poller is a transport whose arrivals a waiting goroutine can take in
+// itself, instead of waiting to be woken by the transport's own goroutine:
+// the shared-memory transport polls its rings. A goroutine in Wait calls
+// SpinStart, then Poll until its request is done or its spin budget is
+// spent, then SpinEnd.
+type Poller interface {
+	// Poll handles what has arrived, without blocking, and reports whether
+	// it did anything.
+	Poll() bool
+	// SpinStart says a goroutine is about to poll in a loop: the
+	// transport may stop having its own goroutine woken for arrivals.
+	SpinStart()
+	// SpinEnd says it stopped; from now the transport's goroutine must
+	// take arrivals again.
+	SpinEnd()
+}

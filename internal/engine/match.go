@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Matching, MPI's way: receives match on (source, tag) in the order they
+// were posted; unexpected messages are searched in the order they arrived.
+// Each link hands its frames to the engine in order, so messages from one
+// sender with one tag are never overtaken.
+
+// usable reports why operations with peer p cannot start, under e.mu.
+func (e *Engine) usable(p *Peer) error {
+	if e.fatal != nil {
+		return e.fatal
+	}
+	if p != nil && p.lost != nil {
+		return p.lost
+	}
+	return nil
+}
+
+// register gives r an id for the rendezvous, under e.mu.
+func (e *Engine) register(r *request) uint64 {
+	id := e.nextID
+	e.nextID++
+	e.inflight[id] = r
+	return id
+}
+
+// removeUnexpected drops m from the unexpected queue if it is there;
+// under e.mu.
+func (e *Engine) removeUnexpected(m *message) {
+	if i := slices.Index(e.unexpected, m); i >= 0 {
+		e.unexpected = slices.Delete(e.unexpected, i, i+1)
+	}
+}
+
+// matches reports whether a receive posted for (source, tag) takes a
+// message from src with mtag. AnyTag matches user tags only (>= 0).
+func matches(source, tag, src, mtag int) bool {
+	return (source == backend.AnySource || source == src) &&
+		(tag == mtag || (tag == backend.AnyTag && mtag >= 0))
+}
+
+// findUnexpected returns the index of the oldest unexpected message a
+// receive for (source, tag) matches, or -1; under e.mu.
+func (e *Engine) findUnexpected(source, tag int) int {
+	for i, m := range e.unexpected {
+		if matches(source, tag, m.src, m.tag) {
+			return i
+		}
+	}
+	return -1
+}
+
+// takePosted removes and returns the oldest posted receive that matches m,
+// or nil; under e.mu.
+func (e *Engine) takePosted(m *envelope) *request {
+	for i, r := range e.posted {
+		if matches(r.peer, r.tag, m.src, m.tag) {
+			e.posted = slices.Delete(e.posted, i, i+1)
+			return r
+		}
+	}
+	return nil
+}
+
+// verdict decides whether message m may land in receive r: nil, or the
+// error r ends with. Element types must agree; with checks on, counts too.
+func (e *Engine) verdict(r *request, m *envelope) error {
+	if m.typ != r.buf.Type {
+		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d), rank %d receives %v",
+			backend.ErrMismatch, m.src, m.count, m.typ, m.tag, e.rank, r.buf.Type)
+	}
+	if m.count > r.buf.Count {
+		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d) into a buffer of %d on rank %d",
+			backend.ErrTruncate, m.src, m.count, m.typ, m.tag, r.buf.Count, e.rank)
+	}
+	if e.check && m.count != r.buf.Count {
+		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d), rank %d receives %d (checks are on: counts must be equal)",
+			backend.ErrMismatch, m.src, m.count, m.typ, m.tag, e.rank, r.buf.Count)
+	}
+	return nil
+}
+
+// deliver copies a whole payload into receive r and completes it. r is
+// owned by the caller.
+func (e *Engine) deliver(r *request, m *envelope, payload []byte) {
+	st := m.status()
+	if err := e.verdict(r, m); err != nil {
+		r.complete(st, err)
+		return
+	}
+	copy(r.buf.Bytes(), payload)
+	r.complete(st, nil)
+}
+
+// acceptRTS answers a rendezvous for receive r: it pulls the message when
+// the sender offered that and the link can, else registers r for the DATA
+// and asks for it (CTS), or refuses. Called under e.mu; it unlocks.
+func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool) {
+	p := e.peers[m.src]
+	r.src, r.mtag, r.mcount = m.src, m.tag, m.count
+	st := m.status()
+	var flags uint16
+	err := e.verdict(r, m)
+	switch {
+	case errors.Is(err, backend.ErrTruncate):
+		flags = CTSTruncate
+	case err != nil:
+		flags = CTSMismatch
+	}
+	if err == nil && p.lost != nil {
+		err = p.lost
+	}
+	if err != nil {
+		e.mu.Unlock()
+		r.complete(st, err)
+		if flags != 0 {
+			p.link.Queue(Job{Kind: KindCTS, SID: sid, Flags: flags})
+		}
+		return
+	}
+	if pull && p.puller != nil {
+		e.mu.Unlock()
+		perr := p.puller.Pull(r.buf.Bytes()[:m.bytes()], addr)
+		if perr == nil || !errors.Is(perr, backend.ErrNotSupported) {
+			if perr != nil {
+				perr = p.lossError(perr)
+			} else {
+				p.link.Queue(Job{Kind: KindCTS, SID: sid, Flags: CTSDone})
+			}
+			r.complete(st, perr)
+			return
+		}
+		// The link cannot read the sender's memory after all: ask for
+		// the DATA instead.
+		e.mu.Lock()
+	}
+	r.want = m.bytes()
+	id := e.register(r)
+	e.mu.Unlock()
+	p.link.Queue(Job{Kind: KindCTS, SID: sid, RID: id})
+}

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Frame kinds: the engine's protocol, which every link carries. The TCP
+// link writes them as specified in backend/tcp/PROTOCOL.md; the
+// shared-memory link puts the same header in a ring record.
+const (
+	KindEager uint8 = 1 // a whole small message: header + payload
+	KindRTS   uint8 = 2 // request to send a large message
+	KindCTS   uint8 = 3 // clear to send (or, with CTSDone, the receiver has pulled it)
+	KindData  uint8 = 4 // a chunk of a large message's payload
+	KindBye   uint8 = 5 // the sender closed its communicator
+)
+
+// CTS flags. With CTSTruncate or CTSMismatch the receiver refuses the
+// message and no DATA follows; CTSDone says the receiver copied the whole
+// payload out of the sender's memory itself (a pulled rendezvous), so the
+// send is complete.
+const (
+	CTSTruncate uint16 = 1 << 0 // the receive buffer is too small
+	CTSMismatch uint16 = 1 << 1 // element type or count disagree (checks)
+	CTSDone     uint16 = 1 << 2 // pulled: the send is complete
+)
+
+// RTSPull marks an RTS whose Addr the receiver may read itself (a link
+// that implements Puller); it answers with CTSDone, or with a plain CTS
+// when it cannot read it after all.
+const RTSPull uint16 = 1 << 0
+
+// ByeAborted is BYE's flag: the sender aborted rather than closed.
+const ByeAborted uint16 = 1 << 0
+
+// HeaderSize is the size of every frame header on the wire.
+const HeaderSize = 32
+
+// MaxChunk is the largest DATA payload one frame carries.
+const MaxChunk = 4 << 20
+
+// EagerLimit is the largest message a link may send eagerly (whole,
+// without waiting for the receive); a link may choose a smaller one.
+const EagerLimit = 1 << EagerLog
+
+// EagerLog is log2(EagerLimit): 64 KiB.
+const EagerLog = 16
+
+// Header is a decoded frame header. Field use depends on Kind:
+//
+//	Eager, RTS: Tag, Type, Count (elements), Seq; RTS also SID (and Addr
+//	            with RTSPull, carried only by links that pull).
+//	CTS:        SID (the sender's id), Seq (the receiver's id), Flags.
+//	Data:       Seq (the receiver's id), SID (byte offset), Count (bytes).
+//	Bye:        Flags.
+type Header struct {
+	Kind  uint8
+	Type  backend.DType
+	Flags uint16
+	Tag   int32
+	Count int64  // Eager, RTS: elements; Data: chunk length in bytes
+	Seq   uint64 // Eager, RTS: sequence number; CTS, Data: receiver's id
+	SID   uint64 // RTS, CTS: sender's id; Data: byte offset
+	Addr  uint64 // RTS with RTSPull: the payload's address in the sender
+}
+
+// Encode writes the header's 32 wire bytes (Addr is not among them).
+func (h *Header) Encode(b *[HeaderSize]byte) {
+	b[0] = h.Kind
+	b[1] = uint8(h.Type)
+	binary.LittleEndian.PutUint16(b[2:], h.Flags)
+	binary.LittleEndian.PutUint32(b[4:], uint32(h.Tag))
+	binary.LittleEndian.PutUint64(b[8:], uint64(h.Count))
+	binary.LittleEndian.PutUint64(b[16:], h.Seq)
+	binary.LittleEndian.PutUint64(b[24:], h.SID)
+}
+
+// ErrFrame is a malformed frame: the link cannot be trusted after it.
+var ErrFrame = errors.New("malformed frame")
+
+// DecodeHeader parses and validates a frame header; eager bounds an EAGER
+// frame's payload (the link's eager limit).
+func DecodeHeader(b []byte, eager int64) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, fmt.Errorf("%w: %d bytes, want %d", ErrFrame, len(b), HeaderSize)
+	}
+	h := Header{
+		Kind:  b[0],
+		Type:  backend.DType(b[1]),
+		Flags: binary.LittleEndian.Uint16(b[2:]),
+		Tag:   int32(binary.LittleEndian.Uint32(b[4:])),
+		Count: int64(binary.LittleEndian.Uint64(b[8:])),
+		Seq:   binary.LittleEndian.Uint64(b[16:]),
+		SID:   binary.LittleEndian.Uint64(b[24:]),
+	}
+	return h, h.Check(eager)
+}
+
+// Check validates a header's fields for its kind.
+func (h *Header) Check(eager int64) error {
+	switch h.Kind {
+	case KindEager, KindRTS:
+		if !h.Type.Valid() {
+			return fmt.Errorf("%w: element type %d", ErrFrame, uint8(h.Type))
+		}
+		if h.Count < 0 || h.Count > maxCount(h.Type) {
+			return fmt.Errorf("%w: count %d", ErrFrame, h.Count)
+		}
+		if h.Kind == KindEager && h.Count*int64(h.Type.Size()) > eager {
+			return fmt.Errorf("%w: eager payload of %d bytes over the limit %d", ErrFrame, h.Count*int64(h.Type.Size()), eager)
+		}
+	case KindCTS:
+	case KindData:
+		if h.Count <= 0 || h.Count > MaxChunk {
+			return fmt.Errorf("%w: data chunk of %d bytes", ErrFrame, h.Count)
+		}
+		if int64(h.SID) < 0 || int64(h.SID)+h.Count < 0 {
+			return fmt.Errorf("%w: data offset %d", ErrFrame, h.SID)
+		}
+	case KindBye:
+	default:
+		return fmt.Errorf("%w: kind %d", ErrFrame, h.Kind)
+	}
+	return nil
+}
+
+// PayloadLen is the number of payload bytes that follow the header on the
+// wire: an EAGER message's bytes or a DATA chunk.
+func (h *Header) PayloadLen() int64 {
+	switch h.Kind {
+	case KindEager:
+		return h.Count * int64(h.Type.Size())
+	case KindData:
+		return h.Count
+	}
+	return 0
+}
+
+// maxCount is the largest element count whose byte size fits an int64.
+func maxCount(t backend.DType) int64 { return (1<<63 - 1) / int64(t.Size()) }

@@ -1,0 +1,194 @@
+//go:build linux
+
+package shm
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBellWord(t *testing.T) {
+	var w uint32
+	b := NewBell(&w)
+	assert.False(t, b.Ring(), "not armed")
+	assert.Zero(t, w, "an unarmed ring changes nothing")
+	v := b.Arm()
+	assert.Equal(t, uint32(bellArmed), v)
+	assert.Equal(t, v, b.Arm(), "arming twice is arming")
+	b.Disarm()
+	assert.Zero(t, w)
+	assert.False(t, b.Ring())
+
+	v = b.Arm()
+	assert.True(t, b.Ring())
+	assert.Equal(t, uint32(1), w, "the ring cleared the bit and counted")
+	start := time.Now()
+	require.NoError(t, b.Sleep(v, 5*time.Second), "a ring before the sleep")
+	assert.Less(t, time.Since(start), time.Second, "it returns at once")
+	assert.False(t, b.Ring(), "one ring per arm")
+
+	// The count keeps an old value from coming back: a sleep on the first
+	// arm's value returns at once after another arm.
+	v1 := b.Arm()
+	b.Ring()
+	v2 := b.Arm()
+	assert.NotEqual(t, v1, v2)
+	require.NoError(t, b.Sleep(v1, 5*time.Second))
+	assert.Less(t, time.Since(start), time.Second)
+
+	// Nobody rings: the timeout bounds the sleep; 0 does not sleep.
+	start = time.Now()
+	require.NoError(t, b.Sleep(v2, 30*time.Millisecond))
+	assert.GreaterOrEqual(t, time.Since(start), 25*time.Millisecond)
+	start = time.Now()
+	require.NoError(t, b.Sleep(v2, 0))
+	assert.Less(t, time.Since(start), 20*time.Millisecond)
+
+	// The count wraps within its 31 bits, never touching the armed bit.
+	w = bellSeq
+	b.Arm()
+	assert.True(t, b.Ring())
+	assert.Zero(t, w)
+}
+
+func TestBellWakesSleeper(t *testing.T) {
+	var w uint32
+	b := NewBell(&w)
+	v := b.Arm()
+	woke := make(chan time.Duration)
+	go func() {
+		start := time.Now()
+		b.Sleep(v, -1)
+		woke <- time.Since(start)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	require.True(t, b.Ring())
+	select {
+	case d := <-woke:
+		assert.GreaterOrEqual(t, d, 40*time.Millisecond, "it slept until the ring")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sleeper was not woken")
+	}
+}
+
+func TestBellNoAllocs(t *testing.T) {
+	var w uint32
+	b := NewBell(&w)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { b.Ring() }))
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		v := b.Arm()
+		b.Ring()
+		b.Sleep(v, time.Second)
+	}))
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		b.Sleep(b.Arm(), time.Microsecond)
+	}), "a sleep that times out")
+}
+
+// pingPong is one side of a bell ping-pong: for each round it waits, by
+// the bell's protocol and never spinning, until the peer's counter reaches
+// the round (or, when first, starts the round), then sets its own and
+// rings the peer. It returns how many sleeps ran into their timeout: a
+// lost wake-up would be one.
+func pingPong(rounds int, first bool, mine, theirs *atomic.Uint32, me, peer Bell) (sleeps, timeouts int, err error) {
+	for i := 1; i <= rounds; i++ {
+		want := uint32(i)
+		if first {
+			want = uint32(i - 1)
+		}
+		for theirs.Load() != want {
+			v := me.Arm()
+			if theirs.Load() == want {
+				me.Disarm()
+				break
+			}
+			start := time.Now()
+			if err := me.Sleep(v, bellTimeout); err != nil {
+				return sleeps, timeouts, err
+			}
+			sleeps++
+			if time.Since(start) >= bellTimeout {
+				timeouts++
+			}
+		}
+		mine.Store(uint32(i))
+		peer.Ring()
+	}
+	return sleeps, timeouts, nil
+}
+
+// TestBellGoroutines plays many rounds of bell ping-pong between two
+// goroutines: every round both sleep, and no sleep runs into its timeout.
+func TestBellGoroutines(t *testing.T) {
+	rounds := 20_000
+	if testing.Short() || raceEnabled {
+		rounds = 3_000
+	}
+	var wa, wb uint32
+	var ca, cb atomic.Uint32
+	a, b := NewBell(&wa), NewBell(&wb)
+	var wg sync.WaitGroup
+	var bSleeps, bTimeouts int
+	var bErr error
+	wg.Go(func() { bSleeps, bTimeouts, bErr = pingPong(rounds, false, &cb, &ca, b, a) })
+	start := time.Now()
+	aSleeps, aTimeouts, err := pingPong(rounds, true, &ca, &cb, a, b)
+	wg.Wait()
+	require.NoError(t, err)
+	require.NoError(t, bErr)
+	t.Logf("%d rounds in %v (%v per one-way wake-up); sleeps %d and %d", rounds, time.Since(start),
+		time.Since(start)/time.Duration(2*rounds), aSleeps, bSleeps)
+	assert.Zero(t, aTimeouts+bTimeouts, "lost wake-ups")
+	assert.Equal(t, uint32(rounds), ca.Load())
+	assert.Equal(t, uint32(rounds), cb.Load())
+	assert.Greater(t, aSleeps+bSleeps, rounds/2, "the sides slept, mostly")
+}
+
+func init() {
+	roles["bell"] = func(conn *net.UnixConn, args []string) error {
+		p, _, err := childPair(conn)
+		if err != nil {
+			return err
+		}
+		mine := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountC)))
+		theirs := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountP)))
+		sleeps, timeouts, err := pingPong(atoi(args[0]), false, mine, theirs, p.me, p.peer)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(conn, sleeps, timeouts)
+		return err
+	}
+}
+
+// TestBellProcesses plays bell ping-pong between two processes, the words
+// in a shared segment.
+func TestBellProcesses(t *testing.T) {
+	rounds := 10_000
+	if testing.Short() || raceEnabled {
+		rounds = 2_000
+	}
+	p, c := startPair(t, "bell", 4096, fmt.Sprint(rounds))
+	mine := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountP)))
+	theirs := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountC)))
+	start := time.Now()
+	sleeps, timeouts, err := pingPong(rounds, true, mine, theirs, p.me, p.peer)
+	require.NoError(t, err)
+	var cSleeps, cTimeouts int
+	_, err = fmt.Sscan(c.line(t), &cSleeps, &cTimeouts)
+	require.NoError(t, err)
+	c.wait(t)
+	t.Logf("%d rounds in %v (%v per one-way wake-up); sleeps %d and %d", rounds, time.Since(start),
+		time.Since(start)/time.Duration(2*rounds), sleeps, cSleeps)
+	assert.Zero(t, timeouts+cTimeouts, "lost wake-ups")
+	assert.Equal(t, uint32(rounds), theirs.Load())
+	assert.Greater(t, sleeps+cSleeps, rounds/2, "the sides slept, mostly")
+}
