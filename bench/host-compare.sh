@@ -4,7 +4,7 @@
 #
 #   bash bench/host-compare.sh [-o DIR] [flags] [ROUNDS]
 #
-# Builds courier and bench/mpi/{p2p,coll}.c (with mpicc.openmpi and
+# Builds courier (or takes $COURIER_BIN) and bench/mpi/{p2p,coll}.c (with mpicc.openmpi and
 # mpicc.mpich), then, ROUNDS times (default 2), runs each system in turn,
 # point-to-point between 2 ranks:
 #
@@ -122,8 +122,14 @@ say() { echo "host-compare: $*" >&2; }
 want() { [[ ",$systems," == *",$1,"* ]]; }
 
 # The programs.
-say "building courier and bench/mpi into $bin"
-go build -o "$bin/courier" ./cmd/courier
+# COURIER_BIN names a courier binary built elsewhere (a machine with no Go).
+if [ -n "${COURIER_BIN:-}" ]; then
+  say "courier from $COURIER_BIN; building bench/mpi into $bin"
+  cp "$COURIER_BIN" "$bin/courier"
+else
+  say "building courier and bench/mpi into $bin"
+  go build -o "$bin/courier" ./cmd/courier
+fi
 have_ompi=0
 have_mpich=0
 if command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null; then
