@@ -143,7 +143,7 @@ func TestBenchJSON(t *testing.T) {
 	}
 	h := d.Header
 	host, _ := os.Hostname()
-	if h.Program != "courier bench" || h.Label != "this & that" || h.Backend != "tcp" || h.Ranks != 2 || h.Host != host ||
+	if h.Program != "courier bench" || h.Label != "this & that" || h.Backend != "host" || h.Ranks != 2 || h.Host != host ||
 		h.GoVersion != runtime.Version() || h.GOMAXPROCS < 1 || h.Memory != "host" || h.Pattern != "osu" || h.Window != 64 ||
 		h.Reps != 1 || h.InitMicros <= 0 || !strings.HasPrefix(h.Library, "courier ") {
 		t.Errorf("header %+v", h)
@@ -180,7 +180,7 @@ func TestBenchJSON(t *testing.T) {
 	if err != nil {
 		t.Fatalf("-json -: %v in\n%s", err, stdout)
 	}
-	if d.Header.Label != "courier tcp" || d.Header.Pattern != "" || len(d.P2P) != 0 || len(d.Coll) != 1 ||
+	if d.Header.Label != "courier host" || d.Header.Pattern != "" || len(d.P2P) != 0 || len(d.Coll) != 1 ||
 		d.Coll[0].Name != "bcast" || d.Coll[0].Bytes != 8 || d.Coll[0].TimeMicros <= 0 || d.Coll[0].Allocs == nil {
 		t.Errorf("-json - -coll: %+v", d)
 	}
