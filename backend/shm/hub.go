@@ -25,6 +25,7 @@ type Hub struct {
 	bell     shmem.Bell
 	links    []*link
 	spinners atomic.Int32
+	disarmed atomic.Bool  // a spinner disarmed the bell the progress goroutine sleeps on
 	live     atomic.Int32 // links not yet killed
 	stop     chan struct{}
 
@@ -52,6 +53,11 @@ func (h *Hub) exit() { h.active.Add(-1) }
 // since every arrival rings it.
 const idleSleep = 100 * time.Millisecond
 
+// progressTick is how often the progress goroutine looks while waiters
+// spin (they take arrivals themselves): the longest an arrival waits after
+// the last waiter stops, before this goroutine takes it.
+const progressTick = time.Millisecond
+
 // Poll implements engine.Poller.
 func (h *Hub) Poll() bool {
 	if !h.enter() {
@@ -70,16 +76,23 @@ func (h *Hub) Poll() bool {
 // SpinStart implements engine.Poller.
 func (h *Hub) SpinStart() {
 	if h.spinners.Add(1) == 1 && h.enter() {
-		h.bell.Disarm()
+		if h.bell.Armed() {
+			h.bell.Disarm()
+			h.disarmed.Store(true)
+		}
 		h.exit()
 	}
 }
 
 // SpinEnd implements engine.Poller: the progress goroutine takes arrivals
-// again; what came after the last poll and before the bell was armed is
-// taken here.
+// again. If a spinner disarmed the bell under it (it sleeps on the bell),
+// the bell is armed again, and what came after the last poll and before
+// that is taken here; otherwise the progress goroutine, which looks every
+// progressTick while waiters spin, arms it itself. So a ping-pong, whose
+// waiter spins from one message to the next, never writes the bell's
+// word, which the sender reads on every message.
 func (h *Hub) SpinEnd() {
-	if h.spinners.Add(-1) == 0 && h.enter() {
+	if h.spinners.Add(-1) == 0 && h.disarmed.Swap(false) && h.enter() {
 		h.bell.Arm()
 		h.exit()
 		h.Poll()
@@ -102,7 +115,7 @@ func (h *Hub) progress() {
 		if h.spinners.Load() > 0 {
 			// A waiter polls; look again later without asking senders to
 			// wake this goroutine.
-			time.Sleep(time.Millisecond)
+			time.Sleep(progressTick)
 			continue
 		}
 		v := h.bell.Arm()

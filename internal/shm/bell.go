@@ -63,6 +63,11 @@ func (b Bell) Arm() uint32 {
 	return atomic.OrUint32(b.w, bellArmed) | bellArmed
 }
 
+// Armed reports whether the bell is armed (one load): a consumer that is
+// about to spin disarms it only then, and so never writes the word, which
+// every producer reads, while no one sleeps.
+func (b Bell) Armed() bool { return atomic.LoadUint32(b.w)&bellArmed != 0 }
+
 // Disarm clears the armed bit, when the consumer found work after Arm (or
 // goes back to spinning): producers then stop making system calls.
 func (b Bell) Disarm() {
