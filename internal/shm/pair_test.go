@@ -181,10 +181,13 @@ func exchange(p *pair, records int, sendSeed, recvSeed uint64) (exchangeStats, e
 		if progress {
 			continue
 		}
+		// Arm first, then ask for room, then look again: a consumer that
+		// takes the ask rings a bell that is armed already, and one that
+		// made room before the ask is seen by the look.
+		v := p.me.Arm()
 		if sent < records {
 			p.out.WantSpace()
 		}
-		v := p.me.Arm()
 		if !p.in.Empty() || sent < records && p.out.Reserve(len(pending)) != nil {
 			p.me.Disarm()
 			continue

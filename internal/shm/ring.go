@@ -254,14 +254,17 @@ func (r *Ring) Err() error { return r.perr }
 // when it reports true, rings the producer's bell. The producer's
 // sequence, with its bell b, is
 //
-//	r.WantSpace()
 //	v := b.Arm()
+//	r.WantSpace()
 //	if rec := r.Reserve(n); rec != nil { b.Disarm(); … } else { b.Sleep(v, …) }
 //
 // No wake-up is lost: the producer stores the flag and then loads the
 // consumer's index (in Reserve); the consumer stores its index and then
 // loads the flag. Either the producer sees the room, or the consumer sees
-// the flag (and then the armed bell).
+// the flag, and then the bell, armed before the flag was set. (Set the
+// flag before arming, and a consumer that frees too little room for the
+// record could take the flag while the bell is not armed yet: its ring
+// would wake no one, and no later Consume would ring again.)
 func (r *Ring) WantSpace() { r.wantW.Store(1) }
 
 // SpaceWanted reports whether the producer has said it waits for room and
