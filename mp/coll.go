@@ -241,18 +241,24 @@ func (c *Comm) runColl(co backend.Coll) error {
 // overruns a buffer, and an operator or root that differs gives wrong
 // data everywhere. It costs a ring of N−1 small messages per collective.
 func (c *Comm) agree(co backend.Coll) error {
-	mine := [5]int64{int64(co.Kind), 0, -1, int64(co.Send.Type), co.Send.Count}
+	// This rank's description and everyone's, in scratch memory (a
+	// transport keeps what it is given).
+	s := getScratch(int64(5 * 8 * c.size))
+	gathered := s.buf(0, backend.Int64, int64(5*c.size))
+	mine := view[int64](evenBlocks(5, c.size).block(gathered, c.rank))
+	copy(mine, []int64{int64(co.Kind), 0, -1, int64(co.Send.Type), co.Send.Count})
 	if co.Kind.Reduces() {
 		mine[1] = int64(co.Op)
 	}
 	if co.Kind.Rooted() {
 		mine[2] = int64(co.Root)
 	}
-	all := make([]int64, 5*c.size)
-	copy(all[5*c.rank:], mine[:])
-	if err := c.ringAllgather(describe(all), func(k int) (int64, int64) { return int64(5 * k), 5 }); err != nil {
+	if err := c.ringAllgather(gathered, evenBlocks(5, c.size)); err != nil {
+		s.release(err)
 		return err
 	}
+	defer s.release(nil)
+	all := view[int64](gathered)
 	say := func(d []int64) string {
 		s := fmt.Sprintf("%v of %d × %v", backend.CollKind(d[0]), d[4], backend.DType(d[3]))
 		if d[1] != 0 {
