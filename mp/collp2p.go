@@ -12,17 +12,17 @@ import (
 // carries collTag; each rank's messages to one peer are sent, and
 // received, in one order on both sides, so they match in order.
 //
-// Bcast and Reduce run down and up binomial trees (colltree.go);
-// Allreduce is a Reduce to rank 0 and a Bcast below smallAllreduce bytes,
-// else a ring reduce-scatter + allgather, and Allgather and ReduceScatter
-// run around rings (collring.go); Alltoall exchanges every pair at once
-// (collalltoall.go). Scratch memory comes from pools (collscratch.go): a
-// collective of host buffers allocates nothing in steady state.
-
-// smallAllreduce is the size below which Allreduce is a Reduce to rank 0
-// and a Bcast (2⌈log2 N⌉ steps) instead of a ring (2(N−1) steps of 1/N of
-// the data each).
-const smallAllreduce = 64 << 10
+// The algorithm depends on the size and the rank count (colltune.go):
+//
+//	Allreduce      recursive doubling (collrd.go), ring reduce-scatter + allgather (collring.go)
+//	Allgather      recursive doubling or Bruck's (collbruck.go), ring
+//	ReduceScatter  recursive doubling of the whole buffer, ring
+//	Bcast, Reduce  binomial trees (colltree.go)
+//	Alltoall       every pair at once (collalltoall.go)
+//	Barrier        dissemination (barrier.go)
+//
+// Scratch memory comes from pools (collscratch.go): a collective of host
+// buffers allocates nothing in steady state.
 
 // p2pColl runs a validated collective of host buffers.
 func (c *Comm) p2pColl(co backend.Coll) error {
@@ -33,21 +33,33 @@ func (c *Comm) p2pColl(co backend.Coll) error {
 	case backend.Reduce:
 		return c.reduceTree(co.Send, co.Recv, co.Op, co.Root)
 	case backend.Allreduce:
-		if co.Send.Len() < smallAllreduce || co.Send.Count < int64(p) {
-			if err := c.reduceTree(co.Send, co.Recv, co.Op, 0); err != nil {
-				return err
-			}
-			return c.bcastTree(co.Recv, 0)
+		if co.Send.Count < int64(p) || small(allreduceSmall, p, co.Send.Len()) {
+			return c.allreduceRD(co.Send, co.Recv, co.Op)
 		}
 		return c.allreduceRing(co.Send, co.Recv, co.Op)
 	case backend.Allgather:
+		if small(allgatherSmall, p, co.Recv.Len()) {
+			return c.allgatherSmall(co.Send, co.Recv)
+		}
 		return c.allgatherRing(co.Send, co.Recv)
 	case backend.ReduceScatter:
+		if small(reduceScatterSmall, p, co.Send.Len()) {
+			return c.reduceScatterRD(co.Send, co.Recv, co.Op)
+		}
 		return c.reduceScatterRing(co.Send, co.Recv, co.Op)
 	case backend.Alltoall:
 		return c.alltoallPairs(co.Send, co.Recv)
 	}
 	return fmt.Errorf("%w: collective %v", ErrInvalid, co.Kind)
+}
+
+// allgatherSmall is the latency-optimal Allgather: recursive doubling on
+// a power of two of ranks, Bruck's algorithm on any other count.
+func (c *Comm) allgatherSmall(send, recv backend.Buffer) error {
+	if c.size&(c.size-1) == 0 {
+		return c.allgatherRD(send, recv)
+	}
+	return c.allgatherBruck(send, recv)
 }
 
 // blocks is how a buffer of count elements splits into one block per
