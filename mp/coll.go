@@ -43,14 +43,16 @@ const (
 // over point-to-point messages, with an algorithm chosen by size and rank
 // count: for small buffers recursive doubling (Allreduce, ReduceScatter,
 // Allgather on a power of two of ranks) and Bruck's Allgather (any other
-// count), ⌈log2 N⌉ steps; for large ones rings (Allreduce, Allgather,
-// ReduceScatter), which move each byte the fewest times; binomial trees
-// for Bcast and Reduce, and every pair at once for Alltoall. Allreduce
-// gives every rank the same bits whatever the algorithm. On host buffers
-// courier's part of a collective allocates nothing in steady state
-// (scratch memory is pooled). Messages of collectives never match a
-// user's receive (the library's own tags are negative), and they may
-// interleave with a user's point-to-point messages in any way.
+// count), ⌈log2 N⌉ steps; Allreduce as a Reduce and a Bcast where fewer
+// messages matter more than fewer steps; for large buffers rings
+// (Allreduce, Allgather, ReduceScatter), which move each byte the fewest
+// times; binomial trees for Bcast and Reduce, and every pair at once for
+// Alltoall. Allreduce gives every rank the same bits whatever the
+// algorithm. On host buffers courier's part of a collective allocates
+// nothing in steady state (scratch memory is pooled). Messages of
+// collectives never match a user's receive (the library's own tags are
+// negative), and they may interleave with a user's point-to-point
+// messages in any way.
 
 // Bcast sends root's buf to every other rank's buf. Every rank passes a
 // buffer of the same length.

@@ -14,7 +14,7 @@ import (
 //
 // The algorithm depends on the size and the rank count (colltune.go):
 //
-//	Allreduce      recursive doubling (collrd.go), ring reduce-scatter + allgather (collring.go)
+//	Allreduce      recursive doubling (collrd.go), Reduce + Bcast, ring reduce-scatter + allgather (collring.go)
 //	Allgather      recursive doubling or Bruck's (collbruck.go), ring
 //	ReduceScatter  recursive doubling of the whole buffer, ring
 //	Bcast, Reduce  binomial trees (colltree.go)
@@ -33,8 +33,11 @@ func (c *Comm) p2pColl(co backend.Coll) error {
 	case backend.Reduce:
 		return c.reduceTree(co.Send, co.Recv, co.Op, co.Root)
 	case backend.Allreduce:
-		if co.Send.Count < int64(p) || small(allreduceSmall, p, co.Send.Len()) {
+		switch n := co.Send.Len(); {
+		case small(allreduceRD, p, n):
 			return c.allreduceRD(co.Send, co.Recv, co.Op)
+		case small(allreduceTree, p, n) || co.Send.Count < int64(p):
+			return c.reduceBcast(co.Send, co.Recv, co.Op)
 		}
 		return c.allreduceRing(co.Send, co.Recv, co.Op)
 	case backend.Allgather:

@@ -102,6 +102,7 @@ var allreduces = []struct {
 	fits func(p, n int) bool
 }{
 	{"RecursiveDoubling", func(c *Comm, s, r backend.Buffer) error { return c.allreduceRD(s, r, Sum) }, func(p, n int) bool { return true }},
+	{"ReduceBcast", func(c *Comm, s, r backend.Buffer) error { return c.reduceBcast(s, r, Sum) }, func(p, n int) bool { return true }},
 	{"Ring", func(c *Comm, s, r backend.Buffer) error { return c.allreduceRing(s, r, Sum) }, func(p, n int) bool { return n >= p }},
 }
 
@@ -403,6 +404,7 @@ func times(p, n int) int { return n * p }
 
 var collCalls = []collCall{
 	{"Allreduce/8B", 8, func(c *Comm, in, out []float32) error { return Allreduce(c, in, out, Sum) }, same},
+	{"Allreduce/32KiB", 32 << 10, func(c *Comm, in, out []float32) error { return Allreduce(c, in, out, Sum) }, same},
 	{"Allreduce/1MiB", 1 << 20, func(c *Comm, in, out []float32) error { return Allreduce(c, in, out, Sum) }, same},
 	{"AllreduceInPlace/8B", 8, func(c *Comm, in, _ []float32) error { return Allreduce(c, in, in, Sum) }, same},
 	{"Allgather/8B", 8, func(c *Comm, in, out []float32) error { return Allgather(c, in, out) }, times},
@@ -440,7 +442,7 @@ func (m *memRanks) setUp(cl collCall) {
 // nothing (on the in-memory transport, which allocates nothing itself), on
 // every algorithm's side of the thresholds, with and without checks.
 func TestCollAllocs(t *testing.T) {
-	for _, p := range []int{2, 3, 4} {
+	for _, p := range []int{2, 3, 4, 6} {
 		for _, check := range []bool{false, true} {
 			m := newMemRanks(p)
 			for _, c := range m.comms {

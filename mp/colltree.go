@@ -67,3 +67,13 @@ func (c *Comm) reduceTree(send, recv backend.Buffer, op Op, root int) error {
 	}
 	return err
 }
+
+// reduceBcast is Allreduce as reduceTree to rank 0 and bcastTree from
+// it: 2⌈log2 N⌉ steps, but only 2(N−1) messages. Rank 0 computes the
+// result once, so every rank gets the same bits.
+func (c *Comm) reduceBcast(send, recv backend.Buffer, op Op) error {
+	if err := c.reduceTree(send, recv, op, 0); err != nil {
+		return err
+	}
+	return c.bcastTree(recv, 0)
+}

@@ -2,26 +2,33 @@ package mp
 
 // Where the collectives over point-to-point messages change algorithm:
 // every threshold in one table, chosen by measurement (courier bench -coll
-// over the tcp backend, 2, 4 and 8 ranks; the figures, the commands and
-// how to measure again are in docs/benchmarks.md, "Collectives over
-// point-to-point messages: the algorithm by size and rank count").
+// over the tcp backend on the 2-core development machine, 2 to 8 ranks;
+// the figures, the commands and how to measure again are in
+// docs/benchmarks.md, "Collectives over point-to-point messages: the
+// algorithm by size and rank count"). A transport with another latency
+// (shared memory) or a host with a core per rank moves them: measure
+// again there.
 //
-// Each row is a rank count and a size: for communicators of at most ranks
-// ranks (the first row that fits), a collective of fewer than bytes bytes
-// takes the latency-optimal algorithm, and one of bytes or more the
-// bandwidth-optimal one. The sizes are those courier bench names:
-// Allreduce's buffer, Allgather's receive buffer, ReduceScatter's send
-// buffer.
+// Each table has rows of a rank count and a size: for communicators of at
+// most ranks ranks (the first row that fits), a collective of fewer than
+// bytes bytes takes the table's algorithm. The sizes are those courier
+// bench names: Allreduce's buffer, Allgather's receive buffer,
+// ReduceScatter's send buffer.
 var (
-	// allreduceSmall: recursive doubling below, ring (reduce-scatter +
-	// allgather) from there.
-	allreduceSmall = []switchPoint{{2, 64 << 10}, {4, 64 << 10}, {anyRanks, 64 << 10}}
+	// allreduceRD: recursive doubling below. Beyond 4 ranks on 2 cores
+	// its N·log2 N messages cost more than the trees' extra steps.
+	allreduceRD = []switchPoint{{2, 128 << 10}, {4, 32 << 10}, {anyRanks, 0}}
+	// allreduceTree: from allreduceRD's size, a Reduce to rank 0 and a
+	// Bcast (binomial trees: twice the steps of recursive doubling, but
+	// 2(N−1) messages) below; a ring (reduce-scatter + allgather) from
+	// there.
+	allreduceTree = []switchPoint{{2, 0}, {4, 512 << 10}, {anyRanks, 2 << 20}}
 	// allgatherSmall: recursive doubling (a power of two of ranks) or
 	// Bruck's algorithm (any other count) below, ring from there.
-	allgatherSmall = []switchPoint{{2, 64 << 10}, {4, 64 << 10}, {anyRanks, 64 << 10}}
+	allgatherSmall = []switchPoint{{2, 128 << 10}, {4, 128 << 10}, {anyRanks, 2 << 20}}
 	// reduceScatterSmall: recursive doubling of the whole buffer, each
 	// rank keeping its block, below; ring from there.
-	reduceScatterSmall = []switchPoint{{2, 64 << 10}, {4, 64 << 10}, {anyRanks, 64 << 10}}
+	reduceScatterSmall = []switchPoint{{2, 16 << 10}, {4, 16 << 10}, {anyRanks, 32 << 10}}
 )
 
 // anyRanks is the rank count of a table's last row.
