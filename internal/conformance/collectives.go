@@ -562,11 +562,12 @@ func collCheckedDisagreement(t T, c *mp.Comm) {
 	assert.Equal(t, []int64{int64(c.Size())}, v)
 }
 
-// Sizes the point-to-point collectives are tried at, around where they
-// change algorithm: every power of two of bytes from sweepFrom to sweepTo,
-// and just under and just over each (mp's thresholds, in its colltune.go,
-// all lie in this range; a backend that runs collectives itself simply
-// sees many sizes).
+// SweepFrom and SweepTo bound the sizes, in bytes, of Coll/Thresholds:
+// it tries the collectives just under and just over every power of two
+// from SweepFrom to SweepTo, around where the point-to-point collectives
+// change algorithm (mp's thresholds, in its colltune.go, must lie in this
+// range, and mp's tests check that they do; a backend that runs
+// collectives itself simply sees many sizes).
 const (
 	SweepFrom = 1 << 10
 	SweepTo   = 2 << 20
