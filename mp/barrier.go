@@ -1,5 +1,7 @@
 package mp
 
+import "github.com/courier-mp/courier/backend"
+
 // collTag is the tag of the library's own messages (collectives built on
 // point-to-point). User tags are non-negative and AnyTag matches only those,
 // so the two never mix.
@@ -17,15 +19,20 @@ func Barrier(c *Comm) error {
 	c.collMu.Lock()
 	defer c.collMu.Unlock()
 	c.collPC = callerPC()
-	var token, got [1]uint8
+	// The one-byte token and the byte it is received into, in scratch
+	// memory (a transport keeps what it is given).
+	s := getScratch(16)
+	token, got := s.buf(0, backend.Uint8, 1), s.buf(8, backend.Uint8, 1)
 	// One rank still does one round, with itself, so a closed or aborted
 	// communicator reports it.
 	for dist := 1; dist < c.size || dist == 1; dist *= 2 {
 		to := (c.rank + dist) % c.size
 		from := (c.rank - dist + c.size) % c.size
-		if peer, err := c.exchange(describe(token[:]), to, describe(got[:]), from); err != nil {
+		if peer, err := c.exchange(token, to, got, from); err != nil {
+			s.release(err)
 			return c.opErr("barrier", peer, -1, err)
 		}
 	}
+	s.release(nil)
 	return nil
 }

@@ -40,12 +40,19 @@ const (
 // Host and device buffers work on every backend. On nccl, NCCL runs the
 // collective itself on a communicator of all the ranks (device buffers
 // directly, host buffers staged through the GPU); on tcp, courier runs it
-// over point-to-point messages: binomial trees for Bcast and Reduce (and
-// Allreduce of less than 64 KiB), rings for Allreduce, Allgather and
-// ReduceScatter, and every pair at once for Alltoall. Messages of
+// over point-to-point messages, with an algorithm chosen by size and rank
+// count: for small buffers recursive doubling (Allreduce, ReduceScatter,
+// Allgather on a power of two of ranks) and Bruck's Allgather (any other
+// count), ⌈log2 N⌉ steps; Allreduce as a Reduce and a Bcast where fewer
+// messages matter more than fewer steps; for large buffers rings
+// (Allreduce, Allgather, ReduceScatter), which move each byte the fewest
+// times; binomial trees for Bcast and Reduce, and every pair at once for
+// Alltoall. Allreduce gives every rank the same bits whatever the
+// algorithm. On host buffers courier's part of a collective allocates
+// nothing in steady state (scratch memory is pooled). Messages of
 // collectives never match a user's receive (the library's own tags are
-// negative), and they may interleave with a user's point-to-point messages
-// in any way.
+// negative), and they may interleave with a user's point-to-point
+// messages in any way.
 
 // Bcast sends root's buf to every other rank's buf. Every rank passes a
 // buffer of the same length.
@@ -239,20 +246,27 @@ func (c *Comm) runColl(co backend.Coll) error {
 // rank fails with the same ErrMismatch, naming it, and nothing moves. A
 // transport cannot tell otherwise: on NCCL a count that differs hangs or
 // overruns a buffer, and an operator or root that differs gives wrong
-// data everywhere. It costs a ring of N−1 small messages per collective.
+// data everywhere. It costs an Allgather of 40 bytes per rank
+// (⌈log2 N⌉ steps) per collective.
 func (c *Comm) agree(co backend.Coll) error {
-	mine := [5]int64{int64(co.Kind), 0, -1, int64(co.Send.Type), co.Send.Count}
+	// This rank's description and everyone's, in scratch memory (a
+	// transport keeps what it is given).
+	s := getScratch(int64(5 * 8 * (c.size + 1)))
+	desc, gathered := s.buf(0, backend.Int64, 5), s.buf(5*8, backend.Int64, int64(5*c.size))
+	mine := view[int64](desc)
+	copy(mine, []int64{int64(co.Kind), 0, -1, int64(co.Send.Type), co.Send.Count})
 	if co.Kind.Reduces() {
 		mine[1] = int64(co.Op)
 	}
 	if co.Kind.Rooted() {
 		mine[2] = int64(co.Root)
 	}
-	all := make([]int64, 5*c.size)
-	copy(all[5*c.rank:], mine[:])
-	if err := c.ringAllgather(describe(all), func(k int) (int64, int64) { return int64(5 * k), 5 }); err != nil {
+	if err := c.allgatherSmall(desc, gathered); err != nil {
+		s.release(err)
 		return err
 	}
+	defer s.release(nil)
+	all := view[int64](gathered)
 	say := func(d []int64) string {
 		s := fmt.Sprintf("%v of %d × %v", backend.CollKind(d[0]), d[4], backend.DType(d[3]))
 		if d[1] != 0 {

@@ -7,42 +7,46 @@ import (
 	"github.com/courier-mp/courier/backend"
 )
 
-// reduceHost combines src into dst (host memory of one shape), element by
-// element: dst[i] = dst[i] op src[i]. The operator applies to the type
-// (checkColl made sure).
-func reduceHost(dst, src backend.Buffer, op Op) {
+// combine sets dst to a op b (host memory of one shape), element by
+// element: dst[i] = a[i] op b[i]. dst may be a or b itself (the same
+// memory, not a part of it). The operator applies to the type (checkColl
+// made sure). Which operand is a matters for the bits of a floating-point
+// result (a NaN's payload, a complex product), so every algorithm passes
+// the value of the lower ranks as a: ranks that combine the same two
+// values get the same bits.
+func combine(dst, a, b backend.Buffer, op Op) {
 	if dst.Count == 0 {
 		return
 	}
 	switch dst.Type {
 	case backend.Int8:
-		reduceNums(view[int8](dst), view[int8](src), op)
+		combineNums(view[int8](dst), view[int8](a), view[int8](b), op)
 	case backend.Uint8:
-		reduceNums(view[uint8](dst), view[uint8](src), op)
+		combineNums(view[uint8](dst), view[uint8](a), view[uint8](b), op)
 	case backend.Int16:
-		reduceNums(view[int16](dst), view[int16](src), op)
+		combineNums(view[int16](dst), view[int16](a), view[int16](b), op)
 	case backend.Uint16:
-		reduceNums(view[uint16](dst), view[uint16](src), op)
+		combineNums(view[uint16](dst), view[uint16](a), view[uint16](b), op)
 	case backend.Int32:
-		reduceNums(view[int32](dst), view[int32](src), op)
+		combineNums(view[int32](dst), view[int32](a), view[int32](b), op)
 	case backend.Uint32:
-		reduceNums(view[uint32](dst), view[uint32](src), op)
+		combineNums(view[uint32](dst), view[uint32](a), view[uint32](b), op)
 	case backend.Int64:
-		reduceNums(view[int64](dst), view[int64](src), op)
+		combineNums(view[int64](dst), view[int64](a), view[int64](b), op)
 	case backend.Uint64:
-		reduceNums(view[uint64](dst), view[uint64](src), op)
+		combineNums(view[uint64](dst), view[uint64](a), view[uint64](b), op)
 	case backend.Float32:
-		reduceNums(view[float32](dst), view[float32](src), op)
+		combineNums(view[float32](dst), view[float32](a), view[float32](b), op)
 	case backend.Float64:
-		reduceNums(view[float64](dst), view[float64](src), op)
+		combineNums(view[float64](dst), view[float64](a), view[float64](b), op)
 	case backend.Float16:
-		reduceHalves(view[uint16](dst), view[uint16](src), op, f16to32, f32to16)
+		combineHalves(view[uint16](dst), view[uint16](a), view[uint16](b), op, f16to32, f32to16)
 	case backend.BFloat16:
-		reduceHalves(view[uint16](dst), view[uint16](src), op, bf16to32, f32tobf16)
+		combineHalves(view[uint16](dst), view[uint16](a), view[uint16](b), op, bf16to32, f32tobf16)
 	case backend.Complex64:
-		reduceComplex(view[complex64](dst), view[complex64](src), op)
+		combineComplex(view[complex64](dst), view[complex64](a), view[complex64](b), op)
 	case backend.Complex128:
-		reduceComplex(view[complex128](dst), view[complex128](src), op)
+		combineComplex(view[complex128](dst), view[complex128](a), view[complex128](b), op)
 	}
 }
 
@@ -51,64 +55,64 @@ func view[T any](b backend.Buffer) []T {
 	return unsafe.Slice((*T)(b.Ptr), b.Count)
 }
 
-// number is the element types reduceNums combines.
+// number is the element types combineNums combines.
 type number interface {
 	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~float32 | ~float64
 }
 
-// reduceNums combines integers (wrapping around) and floats (min and max
+// combineNums combines integers (wrapping around) and floats (min and max
 // of a NaN are NaN).
-func reduceNums[T number](dst, src []T, op Op) {
-	src = src[:len(dst)]
+func combineNums[T number](dst, a, b []T, op Op) {
+	a, b = a[:len(dst)], b[:len(dst)]
 	switch op {
 	case Sum:
 		for i := range dst {
-			dst[i] += src[i]
+			dst[i] = a[i] + b[i]
 		}
 	case Prod:
 		for i := range dst {
-			dst[i] *= src[i]
+			dst[i] = a[i] * b[i]
 		}
 	case Min:
 		for i := range dst {
-			dst[i] = min(dst[i], src[i])
+			dst[i] = min(a[i], b[i])
 		}
 	case Max:
 		for i := range dst {
-			dst[i] = max(dst[i], src[i])
+			dst[i] = max(a[i], b[i])
 		}
 	}
 }
 
-func reduceComplex[T ~complex64 | ~complex128](dst, src []T, op Op) {
-	src = src[:len(dst)]
+func combineComplex[T ~complex64 | ~complex128](dst, a, b []T, op Op) {
+	a, b = a[:len(dst)], b[:len(dst)]
 	switch op {
 	case Sum:
 		for i := range dst {
-			dst[i] += src[i]
+			dst[i] = a[i] + b[i]
 		}
 	case Prod:
 		for i := range dst {
-			dst[i] *= src[i]
+			dst[i] = a[i] * b[i]
 		}
 	}
 }
 
-// reduceHalves combines 16-bit floats in float32, rounding each result.
-func reduceHalves(dst, src []uint16, op Op, toF func(uint16) float32, fromF func(float32) uint16) {
-	src = src[:len(dst)]
+// combineHalves combines 16-bit floats in float32, rounding each result.
+func combineHalves(dst, a, b []uint16, op Op, toF func(uint16) float32, fromF func(float32) uint16) {
+	a, b = a[:len(dst)], b[:len(dst)]
 	for i := range dst {
-		a, b := toF(dst[i]), toF(src[i])
+		x, y := toF(a[i]), toF(b[i])
 		var r float32
 		switch op {
 		case Sum:
-			r = a + b
+			r = x + y
 		case Prod:
-			r = a * b
+			r = x * y
 		case Min:
-			r = min(a, b)
+			r = min(x, y)
 		case Max:
-			r = max(a, b)
+			r = max(x, y)
 		}
 		dst[i] = fromF(r)
 	}

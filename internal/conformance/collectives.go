@@ -2,8 +2,10 @@ package conformance
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,6 +35,7 @@ func collectiveCases() []Case {
 		{Name: "Coll/Sequence", MinRanks: 1, Run: collSequence},
 		{Name: "Coll/PendingSendProgresses", MinRanks: 2, Run: collPendingSend},
 		{Name: "Coll/CheckedDisagreement", MinRanks: 2, Run: collCheckedDisagreement},
+		{Name: "Coll/Thresholds", MinRanks: 1, Run: collThresholds},
 	}
 	return append(cases,
 		allreduceCase[[]int8]("int8"),
@@ -174,7 +177,7 @@ func expected[S mp.Buffer](size, from, n int, op mp.Op) S {
 }
 
 // allreduceCase: Allreduce of S with every operator that applies, at every
-// size (the largest with Sum only), out of place and in place.
+// size (the large ones with Sum only), out of place and in place.
 func allreduceCase[S mp.Buffer](name string) Case {
 	return Case{Name: "Coll/Allreduce/" + name, MinRanks: 1, Run: func(t T, c *mp.Comm) {
 		_, cx := kindOf[S]()
@@ -182,9 +185,15 @@ func allreduceCase[S mp.Buffer](name string) Case {
 		if cx {
 			ops = ops[:2]
 		}
-		// The largest size is just past 64 KiB, where point-to-point
-		// transports switch to a ring.
-		sizes := append(collSizes[:len(collSizes)-1:len(collSizes)-1], 65536/int(reflect.TypeFor[S]().Elem().Size())+17)
+		// Then sizes just past 64 KiB, 128 KiB, 256 KiB and 1 MiB, so
+		// that every type goes through each of the point-to-point
+		// algorithms (recursive doubling, trees, ring: mp's
+		// colltune.go) on some rank count; Coll/Thresholds tries both
+		// sides of every threshold.
+		sizes := collSizes[: len(collSizes)-1 : len(collSizes)-1]
+		for _, b := range []int{64 << 10, 128 << 10, 256 << 10, 1 << 20} {
+			sizes = append(sizes, b/int(reflect.TypeFor[S]().Elem().Size())+17)
+		}
 		for _, op := range ops {
 			for _, n := range sizes {
 				if n > 2000 && op != mp.Sum {
@@ -551,4 +560,134 @@ func collCheckedDisagreement(t T, c *mp.Comm) {
 	v := []int64{1}
 	require.NoError(t, mp.Allreduce(c, v, v, mp.Sum), "a collective after the refused ones")
 	assert.Equal(t, []int64{int64(c.Size())}, v)
+}
+
+// SweepFrom and SweepTo bound the sizes, in bytes, of Coll/Thresholds:
+// it tries the collectives just under and just over every power of two
+// from SweepFrom to SweepTo, around where the point-to-point collectives
+// change algorithm (mp's thresholds, in its colltune.go, must lie in this
+// range, and mp's tests check that they do; a backend that runs
+// collectives itself simply sees many sizes).
+const (
+	SweepFrom = 1 << 10
+	SweepTo   = 2 << 20
+)
+
+// straddle returns the element counts just under and just over b bytes
+// for elements of unit bytes: lo·unit < b < hi·unit, lo at least 1.
+func straddle(b, unit int) (lo, hi int) {
+	return max((b+unit-1)/unit-1, 1), b/unit + 1
+}
+
+// sweepFloat is rank r's element i of the sweep's floating-point inputs:
+// fractions of mixed signs and magnitudes, so that the order in which the
+// ranks' values are added changes the rounding.
+func sweepFloat(r, i int) float64 {
+	x := mix(uint64(1000+r), uint64(i))
+	return float64(int64(x)>>20) / float64(uint64(1)<<(x%23))
+}
+
+// collThresholds: Allreduce (float32 and float64 of fractions, int32
+// that wraps around), Allgather and ReduceScatter at every size of the
+// sweep, out of place under each power of two and in place over it.
+// Integers are compared exactly; floats with rank 0's result, bit for bit
+// (every rank must get the same bits), and with the sum to within
+// rounding.
+func collThresholds(t T, c *mp.Comm) {
+	p, r := c.Size(), c.Rank()
+	for b := SweepFrom; b <= SweepTo; b *= 2 {
+		for side := range 2 {
+			inPlace := side == 1
+			thresholdsAllreduce[float64](t, c, b, side, inPlace)
+			thresholdsAllreduce[float32](t, c, b, side, inPlace)
+
+			lo, hi := straddle(b, 4)
+			n := []int{lo, hi}[side]
+			what := fmt.Sprintf("Allreduce of %d int32 (in place %v)", n, inPlace)
+			send, want := make([]int32, n), make([]int32, n)
+			for i := range send {
+				for k := range p {
+					want[i] += int32(mix(uint64(k), uint64(i)))
+				}
+				send[i] = int32(mix(uint64(r), uint64(i)))
+			}
+			recv := send
+			if !inPlace {
+				recv = make([]int32, n)
+			}
+			require.NoError(t, mp.Allreduce(c, send, recv, mp.Sum), what)
+			sameBits(t, what, recv, want)
+
+			lo, hi = straddle(b, 8*p)
+			n = []int{lo, hi}[side]
+			what = fmt.Sprintf("Allgather of %d uint64 per rank (in place %v)", n, inPlace)
+			all := pattern[[]uint64](n*p, 5)
+			mine := block(r, n)
+			if inPlace {
+				copy(all[r*n:], mine)
+				mine = all[r*n : (r+1)*n]
+			}
+			require.NoError(t, mp.Allgather(c, mine, all), what)
+			for k := range p {
+				if !sameBits(t, fmt.Sprintf("%s: rank %d's block", what, k), all[k*n:(k+1)*n], block(k, n)) {
+					break
+				}
+			}
+
+			what = fmt.Sprintf("ReduceScatter of %d int64 per rank (in place %v)", n, inPlace)
+			data := input[[]int64](r, n*p, mp.Sum)
+			out := data[r*n : (r+1)*n]
+			if !inPlace {
+				out = make([]int64, n)
+			}
+			require.NoError(t, mp.ReduceScatter(c, data, out, mp.Sum), what)
+			sameBits(t, what, out, expected[[]int64](p, r*n, n, mp.Sum))
+		}
+	}
+}
+
+// thresholdsAllreduce is collThresholds' Allreduce of float32 or float64 at the size under b bytes (side 0) or over it (side 1).
+func thresholdsAllreduce[E float32 | float64](t T, c *mp.Comm, b, side int, inPlace bool) {
+	p, r := c.Size(), c.Rank()
+	var zero E
+	lo, hi := straddle(b, int(unsafe.Sizeof(zero)))
+	n := []int{lo, hi}[side]
+	what := fmt.Sprintf("Allreduce of %d %T (in place %v)", n, zero, inPlace)
+	send := make([]E, n)
+	sum, scale := make([]float64, n), make([]float64, n)
+	for i := range send {
+		send[i] = E(sweepFloat(r, i))
+		for k := range p {
+			x := float64(E(sweepFloat(k, i)))
+			sum[i] += x
+			scale[i] += math.Abs(x)
+		}
+	}
+	recv := send
+	if !inPlace {
+		recv = make([]E, n)
+	}
+	first := make([]E, n)
+	switch s := any(send).(type) {
+	case []float32:
+		require.NoError(t, mp.Allreduce(c, s, any(recv).([]float32), mp.Sum), what)
+		copy(first, recv)
+		require.NoError(t, mp.Bcast(c, any(first).([]float32), 0), what+": rank 0's result")
+		sameBits(t, what+": this rank's result beside rank 0's", any(recv).([]float32), any(first).([]float32))
+	case []float64:
+		require.NoError(t, mp.Allreduce(c, s, any(recv).([]float64), mp.Sum), what)
+		copy(first, recv)
+		require.NoError(t, mp.Bcast(c, any(first).([]float64), 0), what+": rank 0's result")
+		sameBits(t, what+": this rank's result beside rank 0's", any(recv).([]float64), any(first).([]float64))
+	}
+	eps := 0x1p-52
+	if unsafe.Sizeof(zero) == 4 {
+		eps = 0x1p-23
+	}
+	for i := range recv {
+		if d := math.Abs(float64(recv[i]) - sum[i]); d > 2*float64(p)*eps*scale[i] {
+			t.Errorf("%s: element %d is %v, the sum is %v", what, i, recv[i], sum[i])
+			break
+		}
+	}
 }

@@ -1,0 +1,14 @@
+package mp
+
+// CollThresholds lists every size of the thresholds table (colltune.go),
+// for the external test that checks the conformance suite tries sizes on
+// both sides of each.
+func CollThresholds() []int64 {
+	var all []int64
+	for _, t := range [][]switchPoint{allreduceRD, allreduceTree, allgatherSmall, reduceScatterSmall} {
+		for _, row := range t {
+			all = append(all, row.bytes)
+		}
+	}
+	return all
+}

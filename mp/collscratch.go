@@ -1,0 +1,81 @@
+package mp
+
+import (
+	"math/bits"
+	"sync"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+)
+
+// Scratch memory of the collectives over point-to-point messages: host
+// memory a call borrows and gives back, from pools of power-of-two sizes
+// shared by every communicator of the process, so that a steady stream of
+// collectives allocates nothing.
+
+const (
+	minScratchLog = 6  // 64 bytes
+	maxScratchLog = 30 // 1 GiB; larger scratch comes from the heap
+)
+
+var scratchPools [maxScratchLog - minScratchLog + 1]sync.Pool
+
+// scratch is one borrowed piece of host memory, 8-byte aligned (for every
+// element type).
+type scratch struct {
+	mem   []uint64
+	class int // its pool, or -1 when it is not pooled
+}
+
+// getScratch borrows at least n bytes.
+func getScratch(n int64) *scratch {
+	if n > 1<<maxScratchLog {
+		return &scratch{mem: make([]uint64, (n+7)/8), class: -1}
+	}
+	k := 0
+	if n > 1<<minScratchLog {
+		k = bits.Len64(uint64(n-1)) - minScratchLog
+	}
+	if s, ok := scratchPools[k].Get().(*scratch); ok {
+		return s
+	}
+	return &scratch{mem: make([]uint64, (1<<(k+minScratchLog))/8), class: k}
+}
+
+// release gives s back when err is nil. After a failure a transport may
+// still hold a receive into it, so it is left to the garbage collector.
+func (s *scratch) release(err error) {
+	if err == nil && s.class >= 0 {
+		scratchPools[s.class].Put(s)
+	}
+}
+
+// buf is count elements of type t of s, from byte offset off (a multiple
+// of 8).
+func (s *scratch) buf(off int64, t backend.DType, count int64) backend.Buffer {
+	b := backend.Buffer{Count: count, Type: t, Mem: backend.Host}
+	if count > 0 {
+		b.Ptr = unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.mem)), off)
+	}
+	return b
+}
+
+// roundUp8 is n rounded up to a multiple of 8: where the next part of a
+// scratch may start.
+func roundUp8(n int64) int64 { return (n + 7) &^ 7 }
+
+// requests is a list of transport requests a collective posts at once,
+// pooled like scratch.
+type requests struct{ list []backend.Request }
+
+var requestPool = sync.Pool{New: func() any { return new(requests) }}
+
+// getRequests borrows an empty list.
+func getRequests() *requests { return requestPool.Get().(*requests) }
+
+// release clears the list (its requests were released) and gives it back.
+func (q *requests) release() {
+	clear(q.list)
+	q.list = q.list[:0]
+	requestPool.Put(q)
+}

@@ -1,0 +1,79 @@
+package mp
+
+import "github.com/courier-mp/courier/backend"
+
+// bcastTree sends root's buf down a binomial tree: with ranks numbered
+// from the root, rank v receives from v minus its lowest set bit and
+// sends to v plus each lower power of two. ⌈log2 N⌉ steps of the whole
+// buffer.
+func (c *Comm) bcastTree(buf backend.Buffer, root int) error {
+	p := c.size
+	v := mod(c.rank-root, p)
+	mask := 1
+	for ; mask < p; mask <<= 1 {
+		if v&mask != 0 {
+			if err := c.recv(buf, (v-mask+root)%p); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if v+mask < p {
+			if err := c.send(buf, (v+mask+root)%p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reduceTree combines send up a binomial tree into recv at root (the
+// mirror of bcastTree). Each rank combines what its subtree sent into its
+// own partial result, the lower ranks' values on the left. A leaf sends
+// its send buffer as it is; an inner rank other than the root combines in
+// scratch memory.
+func (c *Comm) reduceTree(send, recv backend.Buffer, op Op, root int) error {
+	p := c.size
+	v := mod(c.rank-root, p)
+	cur := send // this rank's partial result
+	var s *scratch
+	var acc, tmp backend.Buffer
+	var err error
+	for mask := 1; mask < p; mask <<= 1 {
+		if v&mask != 0 {
+			err = c.send(cur, (v-mask+root)%p)
+			break
+		}
+		if v+mask >= p {
+			continue
+		}
+		if s == nil {
+			size := roundUp8(send.Len())
+			s = getScratch(2 * size)
+			tmp, acc = s.buf(0, send.Type, send.Count), recv
+			if v != 0 {
+				acc = s.buf(size, send.Type, send.Count)
+			}
+		}
+		if err = c.recv(tmp, (v+mask+root)%p); err != nil {
+			break
+		}
+		combine(acc, cur, tmp, op)
+		cur = acc
+	}
+	if s != nil {
+		s.release(err)
+	}
+	return err
+}
+
+// reduceBcast is Allreduce as reduceTree to rank 0 and bcastTree from
+// it: 2⌈log2 N⌉ steps, but only 2(N−1) messages. Rank 0 computes the
+// result once, so every rank gets the same bits.
+func (c *Comm) reduceBcast(send, recv backend.Buffer, op Op) error {
+	if err := c.reduceTree(send, recv, op, 0); err != nil {
+		return err
+	}
+	return c.bcastTree(recv, 0)
+}

@@ -1,0 +1,53 @@
+package mp
+
+// Where the collectives over point-to-point messages change algorithm:
+// every threshold in one table, chosen by measurement (courier bench -coll
+// over the tcp backend on the 2-core development machine, 2 to 8 ranks;
+// the figures, the commands and how to measure again are in
+// docs/benchmarks.md, "Collectives over point-to-point messages: the
+// algorithm by size and rank count"). A transport with another latency
+// (shared memory) or a host with a core per rank moves them: measure
+// again there.
+//
+// Each table has rows of a rank count and a size: for communicators of at
+// most ranks ranks (the first row that fits), a collective of fewer than
+// bytes bytes takes the table's algorithm. The sizes are those courier
+// bench names: Allreduce's buffer, Allgather's receive buffer,
+// ReduceScatter's send buffer.
+var (
+	// allreduceRD: recursive doubling below. Beyond 4 ranks on 2 cores
+	// its N·log2 N messages cost more than the trees' extra steps.
+	allreduceRD = []switchPoint{{2, 128 << 10}, {4, 32 << 10}, {anyRanks, 0}}
+	// allreduceTree: from allreduceRD's size, a Reduce to rank 0 and a
+	// Bcast (binomial trees: twice the steps of recursive doubling, but
+	// 2(N−1) messages) below; a ring (reduce-scatter + allgather) from
+	// there.
+	allreduceTree = []switchPoint{{2, 0}, {4, 512 << 10}, {anyRanks, 2 << 20}}
+	// allgatherSmall: recursive doubling (a power of two of ranks) or
+	// Bruck's algorithm (any other count) below, ring from there.
+	allgatherSmall = []switchPoint{{2, 128 << 10}, {4, 128 << 10}, {anyRanks, 2 << 20}}
+	// reduceScatterSmall: recursive doubling of the whole buffer, each
+	// rank keeping its block, below; ring from there.
+	reduceScatterSmall = []switchPoint{{2, 16 << 10}, {4, 16 << 10}, {anyRanks, 32 << 10}}
+)
+
+// anyRanks is the rank count of a table's last row.
+const anyRanks = 1<<31 - 1
+
+// switchPoint is one row of a table: at most ranks ranks, fewer than bytes
+// bytes.
+type switchPoint struct {
+	ranks int
+	bytes int64
+}
+
+// small reports whether a collective of n bytes on p ranks takes the
+// latency-optimal algorithm of table t.
+func small(t []switchPoint, p int, n int64) bool {
+	for _, row := range t {
+		if p <= row.ranks {
+			return n < row.bytes
+		}
+	}
+	return false
+}
