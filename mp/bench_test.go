@@ -18,21 +18,29 @@ var benchBackends = []string{"tcp", "host"}
 // pair opens a 2-rank job in this process over the named backend.
 func pair(b *testing.B, backend string) (c0, c1 *mp.Comm) {
 	b.Helper()
-	jobs, err := ranktest.Jobs(2)
+	c := openRanks(b, 2, backend)
+	return c[0], c[1]
+}
+
+// openRanks opens an n-rank job in this process over the named backend;
+// the communicators close when b ends.
+func openRanks(b *testing.B, n int, backend string) []*mp.Comm {
+	b.Helper()
+	jobs, err := ranktest.Jobs(n)
 	if err != nil {
 		b.Fatal(err)
 	}
-	comms := make([]*mp.Comm, 2)
-	errs := make([]error, 2)
+	comms := make([]*mp.Comm, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i := range 2 {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			comms[i], errs[i] = mp.Init(ctx, mp.WithJob(jobs[i]), mp.WithBackend(backend),
-				mp.WithEnv(func(string) string { return "" }))
+				mp.WithTimeout(time.Minute), mp.WithEnv(func(string) string { return "" }))
 		}()
 	}
 	wg.Wait()
@@ -49,7 +57,7 @@ func pair(b *testing.B, backend string) (c0, c1 *mp.Comm) {
 		}
 		wg.Wait()
 	})
-	return comms[0], comms[1]
+	return comms
 }
 
 var sizes = []int{1, 4 << 10, 64 << 10, 1 << 20, 64 << 20}

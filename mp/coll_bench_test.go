@@ -1,53 +1,16 @@
 package mp_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
 )
 
 // ranks opens an n-rank job in this process over loopback TCP, closed
 // when b ends.
-func ranks(b *testing.B, n int) []*mp.Comm {
-	b.Helper()
-	jobs, err := ranktest.Jobs(n)
-	if err != nil {
-		b.Fatal(err)
-	}
-	comms := make([]*mp.Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			comms[i], errs[i] = mp.Init(ctx, mp.WithJob(jobs[i]), mp.WithBackend("tcp"),
-				mp.WithTimeout(time.Minute), mp.WithEnv(func(string) string { return "" }))
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, c := range comms {
-			wg.Add(1)
-			go func() { defer wg.Done(); c.Close() }()
-		}
-		wg.Wait()
-	})
-	return comms
-}
+func ranks(b *testing.B, n int) []*mp.Comm { return openRanks(b, n, "tcp") }
 
 // benchColl runs op b.N times on every rank of an n-rank job, after a
 // warm-up that fills the pools; ns/op and allocs/op are one call on every
