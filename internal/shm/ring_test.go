@@ -3,6 +3,7 @@ package shm
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -395,4 +396,24 @@ func TestRingGoroutines(t *testing.T) {
 	wg.Wait()
 	assert.True(t, c.Empty())
 	assert.Greater(t, c.head/c.cap-wraps, uint64(100), "the ring wrapped")
+}
+
+// BenchmarkRingLocal produces and consumes one record at a time on one
+// goroutine: the ring's own cost per record, without a second core.
+func BenchmarkRingLocal(b *testing.B) {
+	for _, n := range []int{1, 64, 4096} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			_, p, c := ringPair(b, 1<<16)
+			src, dst := make([]byte, n), make([]byte, n)
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				copy(p.Reserve(n), src)
+				p.Commit()
+				rec, _ := c.Next()
+				copy(dst, rec)
+				c.Consume()
+			}
+		})
+	}
 }
