@@ -442,6 +442,9 @@ func (m *memRanks) setUp(cl collCall) {
 // nothing (on the in-memory transport, which allocates nothing itself), on
 // every algorithm's side of the thresholds, with and without checks.
 func TestCollAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations are not counted under the race detector")
+	}
 	for _, p := range []int{2, 3, 4, 6} {
 		for _, check := range []bool{false, true} {
 			m := newMemRanks(p)
