@@ -12,3 +12,7 @@ func CollThresholds() []int64 {
 	}
 	return all
 }
+
+// RaceEnabled reports a build with the race detector, where the external
+// tests cut their slowest runs short.
+const RaceEnabled = raceEnabled

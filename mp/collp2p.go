@@ -21,8 +21,9 @@ import (
 //	Alltoall       every pair at once (collalltoall.go)
 //	Barrier        dissemination (barrier.go)
 //
-// Scratch memory comes from pools (collscratch.go): a collective of host
-// buffers allocates nothing in steady state.
+// Scratch memory comes from pools (collscratch.go): in steady state the
+// collectives allocate nothing of their own (a transport may, for its
+// messages).
 
 // p2pColl runs a validated collective of host buffers.
 func (c *Comm) p2pColl(co backend.Coll) error {

@@ -185,13 +185,13 @@ func allreduceCase[S mp.Buffer](name string) Case {
 		if cx {
 			ops = ops[:2]
 		}
-		// Then sizes just past 64 KiB, 128 KiB, 256 KiB and 1 MiB, so
-		// that every type goes through each of the point-to-point
+		// Then sizes just past 64 KiB, 128 KiB and 256 KiB, so that
+		// every type goes through each of the point-to-point
 		// algorithms (recursive doubling, trees, ring: mp's
 		// colltune.go) on some rank count; Coll/Thresholds tries both
 		// sides of every threshold.
 		sizes := collSizes[: len(collSizes)-1 : len(collSizes)-1]
-		for _, b := range []int{64 << 10, 128 << 10, 256 << 10, 1 << 20} {
+		for _, b := range []int{64 << 10, 128 << 10, 256 << 10} {
 			sizes = append(sizes, b/int(reflect.TypeFor[S]().Elem().Size())+17)
 		}
 		for _, op := range ops {
