@@ -37,8 +37,9 @@ const (
 // changes the word and wakes: Sleep(v) returns at once or is woken), or
 // it comes before the Arm, and then so did its Commit, and the consumer's
 // re-check in step 2 sees the record. Ring bumps the count as it clears
-// the armed bit, so the word never returns to a value a sleeper still
-// holds (a ring between steps 1 and 3 always makes Sleep return).
+// the armed bit, so the word does not return to a value a sleeper still
+// holds (not for 2^31 rings): a ring between steps 1 and 3 always makes
+// Sleep return.
 // A producer waiting for room follows the same protocol on its own bell,
 // with the consumer ringing it after Consume (see Ring.WantSpace).
 //

@@ -106,7 +106,7 @@ func ptraceReason(pid int) string {
 }
 
 // CanReadFrom reports whether ReadFrom and WriteTo work with process pid:
-// it reads the pattern at probe, the address pid's ProbeAddr returned
+// it reads the pattern at probeAddr, the address pid's ProbeAddr returned
 // (published at setup), and checks it. nil means single-copy transfers
 // work; an error matching ErrNotSupported means the kernel refuses them
 // (use a copy through shared memory instead); another error means a bad
