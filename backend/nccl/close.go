@@ -39,7 +39,7 @@ func (c *conn) Close() error {
 			errs = append(errs, err)
 		}
 		c.wg.Wait()
-		c.aborts.Wait()
+		c.aborts.wait()
 		if err := c.eng.close(); err != nil {
 			errs = append(errs, err)
 		}

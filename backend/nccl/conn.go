@@ -100,7 +100,7 @@ type conn struct {
 	busy      atomic.Bool   // work is in flight (as progressLocked last found)
 	stop      chan struct{} // closed by Close: goroutines end
 	wg        sync.WaitGroup
-	aborts    sync.WaitGroup // channel aborts in flight (abortChan)
+	aborts    abortGroup // channel aborts in flight (abortChan)
 	closeOnce sync.Once
 	closeErr  error
 }

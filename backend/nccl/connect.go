@@ -109,7 +109,7 @@ func (c *conn) startWarm(prepare func() func(quit <-chan struct{}) error) {
 			// Failed while warm ran: abort now (Close leaves it to
 			// engine.close).
 			if abort := c.eng.detach(w); abort != nil {
-				c.aborts.Add(1)
+				c.aborts.add()
 				go c.abortChan(abort, nil, ch.err)
 			}
 		}

@@ -32,7 +32,7 @@ func (c *conn) failChanLocked(i int, err error) {
 		if abort := c.eng.detach(i); abort != nil {
 			groups := ch.inflight
 			ch.inflight = nil
-			c.aborts.Add(1)
+			c.aborts.add()
 			go c.abortChan(abort, groups, err)
 		}
 	}
@@ -60,7 +60,7 @@ func (c *conn) failChanLocked(i int, err error) {
 // use the groups' memory: their requests fail with an error that says so,
 // and their staging memory is not reused.
 func (c *conn) abortChan(abort func() error, groups []*group, err error) {
-	defer c.aborts.Done()
+	defer c.aborts.done()
 	aerr := abort()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -180,5 +180,9 @@ func (c *conn) Abort(err error) {
 	c.mu.Lock()
 	c.failAllLocked(err)
 	c.mu.Unlock()
-	c.aborts.Wait()
+	// The channel of every rank is aborted once startWarm's call has
+	// returned; past abortBound the engine is marked stuck, and Close
+	// says so.
+	_ = c.stopWarm()
+	c.aborts.wait()
 }
