@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/internal/engine"
 	shmem "github.com/courier-mp/courier/internal/shm"
 )
@@ -29,16 +31,60 @@ const (
 	minRing     = 64 << 10
 	page        = 4096
 	// maxEager bounds the messages copied whole through a ring; larger
-	// ones are pulled by the receiver in one copy where it can read the
-	// sender's memory.
+	// ones are announced and then copied as Options.Copy says.
 	maxEager = 64 << 10
+	// dataChunk bounds a DATA record of the pipelined copy: the sender
+	// writes the next while the receiver copies the last out, both in
+	// cache (docs/benchmarks.md, "The large-message copy").
+	dataChunk = 64 << 10
 )
 
 const setupMagic = "CSM1"
 
-// singleCopy lets a rank read its peers' memory when the kernel allows it;
-// tests turn it off to run the two-copy path.
-var singleCopy = true
+// Copy says how a message larger than the eager limit moves.
+type Copy uint8
+
+const (
+	// CopyPipelined, the default: the sender writes the payload into the
+	// ring in chunks while the receiver copies them out (two copies,
+	// pipelined, both processes copying at once, each chunk still in
+	// cache when it is read).
+	CopyPipelined Copy = iota
+	// CopySingle: the receiver copies the payload straight out of the
+	// sender's memory (process_vm_readv, one copy, one process copying),
+	// where the kernel allows it, and pipelined where it does not.
+	CopySingle
+)
+
+// CopyEnv is the environment variable that chooses the copy of large
+// messages: "pipelined" (the default) or "single".
+const CopyEnv = "COURIER_SHM_COPY"
+
+// ParseCopy reads a value of CopyEnv; "" is the default. Anything else is
+// an error that names the choices.
+func ParseCopy(v string) (Copy, error) {
+	switch strings.TrimSpace(v) {
+	case "", "pipelined":
+		return CopyPipelined, nil
+	case "single":
+		return CopySingle, nil
+	}
+	return 0, fmt.Errorf("%w: %s=%q: want pipelined or single", backend.ErrInvalid, CopyEnv, v)
+}
+
+// String is the mode's name, as CopyEnv spells it.
+func (c Copy) String() string {
+	if c == CopySingle {
+		return "single"
+	}
+	return "pipelined"
+}
+
+// Options are Join's choices.
+type Options struct {
+	// Copy is how messages larger than the eager limit move.
+	Copy Copy
+}
 
 // setupMsg is what each rank tells each local peer, beside its inbox's
 // file descriptor: where the peer's ring is in the inbox, and where the
@@ -80,11 +126,11 @@ func ringCap(n int) int {
 // Join builds the shared-memory links to locals and attaches them to e:
 // each rank makes its inbox, passes it to every local peer over their
 // socket (nothing is ever named in /dev/shm), maps theirs, and tests
-// whether it may read their memory (single copy). The sockets stay open:
-// their end tells that a peer is gone. The hub's goroutines start with
-// Start.
-func Join(ctx context.Context, e *engine.Engine, locals []Local) (*Hub, error) {
-	h := &Hub{e: e, stop: make(chan struct{})}
+// whether it may read their memory (for CopySingle). The sockets stay
+// open: their end tells that a peer is gone. The hub's goroutines start
+// with Start.
+func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (*Hub, error) {
+	h := &Hub{e: e, stop: make(chan struct{}), single: opts.Copy == CopySingle}
 	if len(locals) == 0 {
 		return h, nil
 	}
@@ -194,7 +240,7 @@ func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
 	// the other, so a sender offers its address only to a rank that can
 	// read it.
 	canRead := byte(0)
-	if singleCopy && shmem.CanReadFrom(pid, uintptr(theirs.probe)) == nil {
+	if h.single && shmem.CanReadFrom(pid, uintptr(theirs.probe)) == nil {
 		canRead = 1
 	}
 	l.read.Store(canRead == 1)

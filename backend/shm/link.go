@@ -61,9 +61,8 @@ type outbox struct {
 	started bool   // DATA: DataStart has been called
 }
 
-// dataChunk bounds one DATA record (the fallback when the peer cannot read
-// this rank's memory).
-func (l *link) dataChunk() int { return max(1024, l.out.MaxRecord()-engine.HeaderSize) }
+// dataChunk bounds one DATA record of the pipelined copy.
+func (l *link) dataChunk() int { return min(dataChunk, l.out.MaxRecord()-engine.HeaderSize) }
 
 // EagerLimit implements engine.Link.
 func (l *link) EagerLimit() int64 { return l.eager }
@@ -145,9 +144,10 @@ func (l *link) flush() bool {
 		}
 		engine.PutBuf(ob.data)
 		l.q[0] = outbox{}
-		l.q = l.q[1:]
-		if len(l.q) == 0 {
-			l.q = nil
+		if len(l.q) == 1 {
+			l.q = l.q[:0] // keeps the array: the next job allocates nothing
+		} else {
+			l.q = l.q[1:]
 		}
 	}
 	return wrote

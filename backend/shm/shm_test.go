@@ -38,6 +38,11 @@ func socketPair(t testing.TB) (a, b *net.UnixConn) {
 // pair joins two engines (ranks 0 and 1 of one job, in this process)
 // through shared memory.
 func pair(t testing.TB) (e [2]*engine.Engine, h [2]*Hub) {
+	return pairCopy(t, CopyPipelined)
+}
+
+// pairCopy is pair with the copy of large messages c.
+func pairCopy(t testing.TB, c Copy) (e [2]*engine.Engine, h [2]*Hub) {
 	t.Helper()
 	a, b := socketPair(t)
 	conns := [2]*net.UnixConn{a, b}
@@ -52,7 +57,7 @@ func pair(t testing.TB) (e [2]*engine.Engine, h [2]*Hub) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			h[i], errs[i] = Join(ctx, e[i], []Local{{Rank: 1 - i, Conn: conns[i]}})
+			h[i], errs[i] = Join(ctx, e[i], []Local{{Rank: 1 - i, Conn: conns[i]}}, Options{Copy: c})
 		}()
 	}
 	wg.Wait()
@@ -115,23 +120,43 @@ func exchange(t *testing.T, e [2]*engine.Engine, sizes []int) {
 
 var sizes = []int{0, 1, 1000, maxEager, maxEager + 1, 3 << 20}
 
-// TestSizes: eager messages through the ring, large ones pulled in one
-// copy (where this kernel allows it).
+// TestSizes: eager messages through the ring, large ones through it in
+// chunks.
 func TestSizes(t *testing.T) {
-	e, h := pair(t)
+	e, _ := pair(t)
 	assert.Equal(t, "shm", e[0].Transport(1))
-	t.Logf("single copy: %v", h[1].links[0].read.Load())
 	exchange(t, e, sizes)
 }
 
-// TestTwoCopies: with single copy off, a large message goes through the
-// ring in DATA chunks, the sender's writer waiting for room.
+// TestTwoCopies: by default a large message goes through the ring in
+// DATA chunks, the sender's writer waiting for room.
 func TestTwoCopies(t *testing.T) {
-	singleCopy = false
-	defer func() { singleCopy = true }()
 	e, h := pair(t)
 	require.False(t, h[0].links[0].pull)
+	require.False(t, h[1].links[0].pull)
 	exchange(t, e, []int{maxEager + 1, 3 << 20, 20 << 20})
+}
+
+// TestSingleCopy: with CopySingle, a rank that may read its peer's memory
+// is offered the address of large sends, and the messages arrive whole.
+func TestSingleCopy(t *testing.T) {
+	e, h := pairCopy(t, CopySingle)
+	if !h[1].links[0].read.Load() {
+		t.Skip("this kernel refuses process_vm_readv between these processes")
+	}
+	require.True(t, h[0].links[0].pull)
+	exchange(t, e, []int{maxEager + 1, 3 << 20, 20 << 20})
+}
+
+func TestParseCopy(t *testing.T) {
+	for v, want := range map[string]Copy{"": CopyPipelined, "pipelined": CopyPipelined, " single ": CopySingle} {
+		c, err := ParseCopy(v)
+		require.NoError(t, err, v)
+		assert.Equal(t, want, c, v)
+	}
+	_, err := ParseCopy("zero")
+	require.ErrorIs(t, err, backend.ErrInvalid)
+	assert.Contains(t, err.Error(), CopyEnv)
 }
 
 // TestRingFull: more eager messages than the ring holds, all sent before

@@ -26,8 +26,12 @@ const (
 	TransportTCP = "tcp" // TCP, between any two ranks
 )
 
-// transportSet is what Open may use.
-type transportSet struct{ shm, tcp bool }
+// transportSet is what Open may use, and how shared memory copies large
+// messages (COURIER_SHM_COPY).
+type transportSet struct {
+	shm, tcp bool
+	copy     shm.Copy
+}
 
 // transports reads COURIER_TRANSPORTS: a comma-separated list of shm and
 // tcp (default: both for the host driver, tcp alone for the tcp driver).
@@ -36,11 +40,15 @@ func (d Driver) transports(cfg backend.Config) (transportSet, error) {
 	if !d.Host {
 		return transportSet{tcp: true}, nil
 	}
+	c, err := shm.ParseCopy(cfg.Getenv(shm.CopyEnv))
+	if err != nil {
+		return transportSet{}, err
+	}
 	v := strings.TrimSpace(cfg.Getenv("COURIER_TRANSPORTS"))
 	if v == "" {
-		return transportSet{shm: true, tcp: true}, nil
+		return transportSet{shm: true, tcp: true, copy: c}, nil
 	}
-	var t transportSet
+	t := transportSet{copy: c}
 	for _, name := range strings.Split(v, ",") {
 		switch strings.TrimSpace(name) {
 		case TransportSHM:
@@ -258,7 +266,7 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 		l.p = e.Attach(j, l)
 		links = append(links, l)
 	}
-	hub, err := shm.Join(ctx, e, locals)
+	hub, err := shm.Join(ctx, e, locals, shm.Options{Copy: tr.copy})
 	if err != nil {
 		closeAll()
 		return nil, err

@@ -142,7 +142,13 @@ type mem struct {
 // newMem allocates n bytes of the memory cfg asks for.
 func newMem(c *mp.Comm, n int, device bool) (*mem, error) {
 	if !device {
-		return &mem{host: make([]byte, n)}, nil
+		// Written, as bench/mpi/p2p.c memsets its buffer, so that both
+		// move pages the process has touched.
+		host := make([]byte, n)
+		for i := range host {
+			host[i] = 1
+		}
+		return &mem{host: host}, nil
 	}
 	d, err := c.Device()
 	if err != nil {

@@ -272,10 +272,22 @@ func (r *Ring) WantSpace() { r.wantW.Store(1) }
 func (r *Ring) SpaceWanted() bool { return r.wantW.Load() != 0 }
 
 // TakeSpaceWanted is the consumer's check after Consume: it reports
-// whether the producer waits for room, and clears the flag. When the flag
-// is clear it is one load.
+// whether the producer waits for room and half the ring is free, and then
+// clears the flag. Waiting for half (any record fits in half the ring:
+// MaxRecord) keeps a producer that streams large messages from being
+// woken for every record the consumer frees: it is woken once per half a
+// ring, and the two sides copy at once, each in its half. The consumer
+// that leaves the flag set frees more later, since the records that fill
+// the ring are still there for it to take; once the ring is empty, half
+// of it is free. When the flag is clear it is one load.
 func (r *Ring) TakeSpaceWanted() bool {
-	return r.wantW.Load() != 0 && r.wantW.Swap(0) != 0
+	if r.wantW.Load() == 0 {
+		return false
+	}
+	if used := r.tailW.Load() - r.head; used <= r.cap && used > r.cap/2 {
+		return false
+	}
+	return r.wantW.Swap(0) != 0
 }
 
 // Empty reports whether the consumer has nothing to read: at most one

@@ -184,6 +184,26 @@ func TestRingSpaceWanted(t *testing.T) {
 	assert.True(t, c.TakeSpaceWanted())
 	assert.False(t, c.SpaceWanted())
 	assert.False(t, c.TakeSpaceWanted())
+
+	// With more than half the ring in use, the flag stays set until the
+	// consumer has freed down to half.
+	rec := make([]byte, 1000-8) // 1000 bytes a record with its header
+	for range 4 {
+		b := p.Reserve(len(rec))
+		require.NotNil(t, b)
+		p.Commit()
+	}
+	p.WantSpace()
+	for i := range 4 {
+		_ = take(t, c)
+		if i < 1 {
+			assert.False(t, c.TakeSpaceWanted(), "record %d: 3 KiB of 4 still in use", i)
+			assert.True(t, c.SpaceWanted())
+		} else {
+			assert.True(t, c.TakeSpaceWanted(), "record %d: half the ring free", i)
+			break
+		}
+	}
 }
 
 // TestRingCorrupt writes bad indices and headers where the other process
