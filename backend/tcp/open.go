@@ -106,6 +106,9 @@ func New(_ context.Context, o Options) (backend.Conn, error) {
 		l.p = e.Attach(j, l)
 		links = append(links, l)
 	}
+	if pl := newPoller(links); pl != nil {
+		e.AddPoller(pl)
+	}
 	for _, l := range links {
 		l.start()
 	}

@@ -1,28 +1,36 @@
 package tcp
 
 import (
-	"bufio"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/courier-mp/courier/internal/engine"
 )
 
-// link is the TCP connection to one other rank, the engine's Link: a
-// reader goroutine that parses frames and hands them to the engine, a
-// writer goroutine for the frames the reader must never write itself
-// (CTS, and the DATA of large messages), and a mutex that lets user
-// goroutines write small frames directly.
+// link is the TCP connection to one other rank, the engine's Link.
 //
-// The reader never writes and never waits for a user: a rank always drains
-// its sockets, so a peer's writes always finish and exchanges in both
-// directions cannot deadlock on full socket buffers.
+// Reading: one parser of the stream (reader, read.go), driven under rmu by
+// a waiting goroutine that polls the socket itself (poll.go) or, when
+// nobody waits, by the reader goroutine, which sleeps in the netpoller
+// until the socket is readable. Neither ever blocks on writing while it
+// holds rmu, and the reader goroutine never writes at all: a rank always
+// drains its sockets, so a peer's writes always finish and exchanges in
+// both directions cannot deadlock on full socket buffers.
+//
+// Writing: user goroutines write EAGER and RTS frames themselves, one
+// frame at a time under wmu; a writer goroutine does the jobs the reading
+// side must not do itself (CTS answers, the DATA of large messages, BYE).
 type link struct {
 	e  *engine.Engine
 	p  *engine.Peer
 	nc net.Conn
-	br *bufio.Reader
+
+	rmu    sync.Mutex // the reader's state: its goroutine's, or a waiter's
+	rd     *reader
+	rdDone atomic.Bool // the reader goroutine has returned
+	poller *poller     // the communicator's, if this link can be polled
 
 	wmu     sync.Mutex // one frame at a time on the socket
 	whdr    [engine.HeaderSize]byte
@@ -42,7 +50,7 @@ func newLink(e *engine.Engine, nc net.Conn) *link {
 	return &link{
 		e:      e,
 		nc:     nc,
-		br:     bufio.NewReaderSize(nc, 64<<10),
+		rd:     newReader(nc),
 		wsmall: make([]byte, 0, engine.HeaderSize+smallWrite),
 		qsig:   make(chan struct{}, 1),
 		quit:   make(chan struct{}),
@@ -186,24 +194,6 @@ func (l *link) sayAborted() {
 	l.nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	h := engine.Header{Kind: engine.KindBye, Flags: engine.ByeAborted}
 	l.writeFrame(&h, nil)
-}
-
-func (l *link) readLoop() {
-	var hb [engine.HeaderSize]byte
-	src := source{l.br}
-	for {
-		h, err := decode(l.br, &hb)
-		if err == nil {
-			err = l.p.Arrive(&h, src)
-		}
-		if err != nil {
-			l.p.Broken(err)
-			return
-		}
-		if h.Kind == engine.KindBye && l.e.Closing() {
-			return // both sides said goodbye: nothing more will come
-		}
-	}
 }
 
 // Transport implements the engine's naming of links.
