@@ -59,7 +59,7 @@ func (l *link) poll() bool {
 	if l.rdDone.Load() || !l.rmu.TryLock() {
 		return false
 	}
-	did, err := l.rd.drain(l.p)
+	did, err := l.rd.drain(l.p, true)
 	l.rmu.Unlock()
 	if errors.Is(err, engine.ErrFrame) || errors.Is(err, errShortSocket) {
 		l.nc.Close()

@@ -44,6 +44,7 @@ type reader struct {
 	left   int64         // its payload bytes not yet handed over (0: no DATA frame under way)
 	direct int64         // bytes ReadFull may take from the socket itself (counted by FIONREAD)
 	bye    bool          // a BYE has been handed over: nothing follows it
+	taken  [2]uint64     // frames handed over by the reader goroutine [0] and by waiters [1], for tests
 	io     sysIO         // the owner's system calls
 	wait   sysIO         // the reader goroutine's wait, which runs outside rmu
 	err    error         // the stream's end or corruption, once seen: every later drain returns it
@@ -234,7 +235,7 @@ func (rd *reader) step(p *engine.Peer) (bool, error) {
 // until it holds nothing more, and reports whether it handed over
 // anything. The first error is kept: the stream cannot be trusted after
 // it.
-func (rd *reader) drain(p *engine.Peer) (bool, error) {
+func (rd *reader) drain(p *engine.Peer, waiter bool) (bool, error) {
 	if rd.err != nil {
 		return false, rd.err
 	}
@@ -258,6 +259,11 @@ func (rd *reader) drain(p *engine.Peer) (bool, error) {
 			break
 		}
 		did = true
+		if waiter {
+			rd.taken[1]++
+		} else {
+			rd.taken[0]++
+		}
 	}
 	return did, nil
 }
@@ -307,7 +313,7 @@ func (l *link) readLoop() {
 	for {
 		werr := l.rd.waitReadable()
 		l.rmu.Lock()
-		_, err := l.rd.drain(l.p)
+		_, err := l.rd.drain(l.p, false)
 		bye := l.rd.bye
 		l.rmu.Unlock()
 		if bye && l.e.Closing() {
