@@ -49,20 +49,37 @@ func (p *poller) Poll() bool {
 // SpinStart implements engine.Poller.
 func (p *poller) SpinStart() { p.spinners.Add(1) }
 
-// SpinEnd implements engine.Poller.
-func (p *poller) SpinEnd() { p.spinners.Add(-1) }
-
-// poll is a waiting goroutine's share of the reading: what the socket
-// holds now, without blocking. An error is left to the reader goroutine to
-// report; a corrupt stream is closed here so that it wakes.
-func (l *link) poll() bool {
-	if l.rdDone.Load() || !l.rmu.TryLock() {
-		return false
+// SpinEnd implements engine.Poller: when the last waiter stops, what they
+// left queued goes to the writer goroutines.
+func (p *poller) SpinEnd() {
+	if p.spinners.Add(-1) == 0 {
+		for _, l := range p.links {
+			if l.qlen.Load() > 0 {
+				l.handBack()
+			}
+		}
 	}
-	did, err := l.rd.drain(l.p, true)
-	l.rmu.Unlock()
-	if errors.Is(err, engine.ErrFrame) || errors.Is(err, errShortSocket) {
-		l.nc.Close()
+}
+
+// poll is a waiting goroutine's share of the link's work: the reading of
+// what the socket holds now, without blocking, then the writer jobs that
+// are queued, which it does holding nothing of the reading side. An error
+// is left to the reader goroutine to report; a corrupt stream is closed
+// here so that it wakes.
+func (l *link) poll() bool {
+	did := false
+	if !l.rdDone.Load() && l.rmu.TryLock() {
+		var err error
+		did, err = l.rd.drain(l.p, true)
+		l.rmu.Unlock()
+		if errors.Is(err, engine.ErrFrame) || errors.Is(err, errShortSocket) {
+			l.nc.Close()
+		}
+	}
+	if l.qlen.Load() > 0 {
+		if ran, _ := l.work(true); ran {
+			did = true
+		}
 	}
 	return did
 }
