@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -173,8 +174,10 @@ func (s *sysIO) init() {
 	}
 	s.heldFn = func(fd uintptr) { s.n, s.err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
 	s.waitFn = func(fd uintptr) bool {
-		_, _, err := unix.Recvfrom(int(fd), s.one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return err != unix.EAGAIN
+		// recvfrom without an address, which unix.Recvfrom would allocate.
+		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.one[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		return errno != unix.EAGAIN
 	}
 }
 
