@@ -23,9 +23,10 @@ import (
 // frame at a time under wmu; a writer goroutine does the jobs the reading
 // side must not do itself (CTS answers, the DATA of large messages, BYE).
 type link struct {
-	e  *engine.Engine
-	p  *engine.Peer
-	nc net.Conn
+	e     *engine.Engine
+	p     *engine.Peer
+	nc    net.Conn
+	eager int64 // the largest payload sent whole
 
 	rmu    sync.Mutex // the reader's state: its goroutine's, or a waiter's
 	rd     *reader
@@ -53,6 +54,7 @@ func newLink(e *engine.Engine, nc net.Conn) *link {
 		e:      e,
 		nc:     nc,
 		rd:     newReader(nc),
+		eager:  engine.EagerLimit,
 		wsmall: make([]byte, 0, engine.HeaderSize+smallWrite),
 		qsig:   make(chan struct{}, 1),
 		quit:   make(chan struct{}),
@@ -65,7 +67,7 @@ func (l *link) start() {
 }
 
 // EagerLimit implements engine.Link.
-func (l *link) EagerLimit() int64 { return engine.EagerLimit }
+func (l *link) EagerLimit() int64 { return l.eager }
 
 // Send implements engine.Link.
 func (l *link) Send(h *engine.Header, payload []byte) error {

@@ -18,7 +18,10 @@ import (
 // loopback connects two ranks over real loopback TCP, so that waiting
 // goroutines read the sockets themselves (net.Pipe has no descriptor to
 // poll).
-func loopback(t *testing.T) []backend.Conn {
+func loopback(t *testing.T) []backend.Conn { return loopbackWith(t, Options{}) }
+
+// loopbackWith is loopback with o's eager limit and socket buffers.
+func loopbackWith(t testing.TB, o Options) []backend.Conn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -39,7 +42,9 @@ func loopback(t *testing.T) []backend.Conn {
 	conns := [][]net.Conn{{nil, c0}, {c1, nil}}
 	out := make([]backend.Conn, 2)
 	for i := range out {
-		out[i], err = New(context.Background(), Options{Rank: i, Size: 2, Conns: conns[i], Linger: time.Second})
+		oi := o
+		oi.Rank, oi.Size, oi.Conns, oi.Linger = i, 2, conns[i], time.Second
+		out[i], err = New(context.Background(), oi)
 		require.NoError(t, err)
 	}
 	for i, c := range out {
