@@ -6,9 +6,6 @@ import (
 	"io"
 	"net"
 	"syscall"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/courier-mp/courier/internal/engine"
 )
@@ -71,17 +68,6 @@ func newReader(nc net.Conn) *reader {
 	return rd
 }
 
-// probeControl reports whether rc gives a descriptor this package can read
-// without blocking (a socket; Go sets it non-blocking).
-func probeControl(rc syscall.RawConn) bool {
-	ok := false
-	rc.Control(func(fd uintptr) {
-		_, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-		ok = err == nil
-	})
-	return ok
-}
-
 func (rd *reader) buffered() int { return rd.w - rd.r }
 
 // room makes the buffer's free space at its end as large as it can be.
@@ -126,7 +112,7 @@ func (rd *reader) readNow(p []byte) (int, error) {
 	switch {
 	case cerr != nil:
 		return 0, cerr
-	case err == unix.EAGAIN:
+	case err == errAgain:
 		return 0, nil
 	case err != nil:
 		return 0, &net.OpError{Op: "read", Net: "tcp", Err: err}
@@ -149,36 +135,6 @@ func (rd *reader) held() int64 {
 		return 0
 	}
 	return int64(n)
-}
-
-// sysIO holds the arguments and results of the functions the reader runs
-// on the descriptor; the functions are made once, so a read allocates
-// nothing.
-type sysIO struct {
-	p              []byte
-	n              int
-	err            error
-	readFn, heldFn func(fd uintptr)
-	waitFn         func(fd uintptr) bool
-	one            [1]byte
-}
-
-func (s *sysIO) init() {
-	s.readFn = func(fd uintptr) {
-		for {
-			s.n, s.err = unix.Read(int(fd), s.p)
-			if s.err != unix.EINTR {
-				return
-			}
-		}
-	}
-	s.heldFn = func(fd uintptr) { s.n, s.err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
-	s.waitFn = func(fd uintptr) bool {
-		// recvfrom without an address, which unix.Recvfrom would allocate.
-		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.one[0])), 1,
-			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		return errno != unix.EAGAIN
-	}
 }
 
 // waitReadable blocks until the socket has something to read (or has
