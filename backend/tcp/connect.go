@@ -266,6 +266,9 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 		l.p = e.Attach(j, l)
 		links = append(links, l)
 	}
+	if pl := newPoller(links); pl != nil {
+		e.AddPoller(pl)
+	}
 	hub, err := shm.Join(ctx, e, locals, shm.Options{Copy: tr.copy})
 	if err != nil {
 		closeAll()

@@ -78,6 +78,12 @@ type Options struct {
 	Conns []net.Conn
 	// Linger bounds Close's wait for peers (default DefaultLinger).
 	Linger time.Duration
+
+	// For measurements (bench_test.go): the links' eager limit (0:
+	// engine.EagerLimit) and socket buffer sizes (0: the kernel's
+	// autotuning).
+	eager   int64
+	sockBuf int
 }
 
 // New makes a communicator over ready connections. It is what Open uses
@@ -102,9 +108,19 @@ func New(_ context.Context, o Options) (backend.Conn, error) {
 			return nil, fmt.Errorf("%w: no connection to rank %d", backend.ErrInvalid, j)
 		}
 		tuneConn(nc)
+		if tc, ok := nc.(*net.TCPConn); ok && o.sockBuf > 0 {
+			tc.SetReadBuffer(o.sockBuf)
+			tc.SetWriteBuffer(o.sockBuf)
+		}
 		l := newLink(e, nc)
+		if o.eager > 0 {
+			l.eager = min(o.eager, engine.EagerLimit)
+		}
 		l.p = e.Attach(j, l)
 		links = append(links, l)
+	}
+	if pl := newPoller(links); pl != nil {
+		e.AddPoller(pl)
 	}
 	for _, l := range links {
 		l.start()

@@ -1,28 +1,37 @@
 package tcp
 
 import (
-	"bufio"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/courier-mp/courier/internal/engine"
 )
 
-// link is the TCP connection to one other rank, the engine's Link: a
-// reader goroutine that parses frames and hands them to the engine, a
-// writer goroutine for the frames the reader must never write itself
-// (CTS, and the DATA of large messages), and a mutex that lets user
-// goroutines write small frames directly.
+// link is the TCP connection to one other rank, the engine's Link.
 //
-// The reader never writes and never waits for a user: a rank always drains
-// its sockets, so a peer's writes always finish and exchanges in both
-// directions cannot deadlock on full socket buffers.
+// Reading: one parser of the stream (reader, read.go), driven under rmu by
+// a waiting goroutine that polls the socket itself (poll.go) or, when
+// nobody waits, by the reader goroutine, which sleeps in the netpoller
+// until the socket is readable. Neither ever blocks on writing while it
+// holds rmu, and the reader goroutine never writes at all: a rank always
+// drains its sockets, so a peer's writes always finish and exchanges in
+// both directions cannot deadlock on full socket buffers.
+//
+// Writing: user goroutines write EAGER and RTS frames themselves, one
+// frame at a time under wmu; a writer goroutine does the jobs the reading
+// side must not do itself (CTS answers, the DATA of large messages, BYE).
 type link struct {
-	e  *engine.Engine
-	p  *engine.Peer
-	nc net.Conn
-	br *bufio.Reader
+	e     *engine.Engine
+	p     *engine.Peer
+	nc    net.Conn
+	eager int64 // the largest payload sent whole
+
+	rmu    sync.Mutex // the reader's state: its goroutine's, or a waiter's
+	rd     *reader
+	rdDone atomic.Bool // the reader goroutine has returned
+	poller *poller     // the communicator's, if this link can be polled
 
 	wmu     sync.Mutex // one frame at a time on the socket
 	whdr    [engine.HeaderSize]byte
@@ -33,6 +42,8 @@ type link struct {
 
 	qmu      sync.Mutex
 	queue    []engine.Job
+	qbusy    bool         // a goroutine is running the queue's jobs; under qmu
+	qlen     atomic.Int32 // len(queue), for pollers that look without qmu
 	qsig     chan struct{}
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -42,7 +53,8 @@ func newLink(e *engine.Engine, nc net.Conn) *link {
 	return &link{
 		e:      e,
 		nc:     nc,
-		br:     bufio.NewReaderSize(nc, 64<<10),
+		rd:     newReader(nc),
+		eager:  engine.EagerLimit,
 		wsmall: make([]byte, 0, engine.HeaderSize+smallWrite),
 		qsig:   make(chan struct{}, 1),
 		quit:   make(chan struct{}),
@@ -55,7 +67,7 @@ func (l *link) start() {
 }
 
 // EagerLimit implements engine.Link.
-func (l *link) EagerLimit() int64 { return engine.EagerLimit }
+func (l *link) EagerLimit() int64 { return l.eager }
 
 // Send implements engine.Link.
 func (l *link) Send(h *engine.Header, payload []byte) error {
@@ -67,11 +79,23 @@ func (l *link) Send(h *engine.Header, payload []byte) error {
 	return err
 }
 
-// Queue implements engine.Link.
+// Queue implements engine.Link. While goroutines wait on the
+// communicator's requests, polling its links, the job is theirs: the one
+// that finds it runs it (write.go), without waking the writer goroutine.
+// BYE is always the writer goroutine's.
 func (l *link) Queue(j engine.Job) {
 	l.qmu.Lock()
 	l.queue = append(l.queue, j)
+	l.qlen.Store(int32(len(l.queue)))
+	wake := !l.qbusy && (j.Kind == engine.KindBye || l.poller == nil || l.poller.spinners.Load() == 0)
 	l.qmu.Unlock()
+	if wake {
+		l.signal()
+	}
+}
+
+// signal wakes the writer goroutine.
+func (l *link) signal() {
 	select {
 	case l.qsig <- struct{}{}:
 	default:
@@ -92,118 +116,6 @@ func (l *link) Kill(aborted bool) {
 	}
 	l.quitOnce.Do(func() { close(l.quit) })
 	l.nc.Close()
-}
-
-// writeFrame writes a header and payload as one frame; under l.wmu.
-func (l *link) writeFrame(h *engine.Header, payload []byte) error {
-	h.Encode(&l.whdr)
-	if len(payload) <= smallWrite {
-		b := append(l.wsmall[:0], l.whdr[:]...)
-		b = append(b, payload...)
-		_, err := l.nc.Write(b)
-		return err
-	}
-	l.wvec[0], l.wvec[1] = l.whdr[:], payload
-	l.wbufs = l.wvec[:]
-	_, err := l.wbufs.WriteTo(l.nc)
-	l.wvec[1] = nil
-	return err
-}
-
-func (l *link) pop() (engine.Job, bool) {
-	l.qmu.Lock()
-	defer l.qmu.Unlock()
-	if len(l.queue) == 0 {
-		return engine.Job{}, false
-	}
-	j := l.queue[0]
-	n := copy(l.queue, l.queue[1:])
-	l.queue[n] = engine.Job{}
-	l.queue = l.queue[:n]
-	return j, true
-}
-
-func (l *link) writeLoop() {
-	for {
-		select {
-		case <-l.qsig:
-		case <-l.quit:
-			return
-		}
-		for {
-			j, ok := l.pop()
-			if !ok {
-				break
-			}
-			if j.Kind == engine.KindBye {
-				l.sayBye()
-				return
-			}
-			if err := l.run(j); err != nil {
-				l.p.Broken(err)
-			}
-		}
-	}
-}
-
-// run does one writer job.
-func (l *link) run(j engine.Job) error {
-	if j.Kind == engine.KindCTS {
-		if l.p.Down() != nil {
-			return nil
-		}
-		h := j.CTS()
-		l.wmu.Lock()
-		defer l.wmu.Unlock()
-		return l.writeFrame(&h, nil)
-	}
-	return l.p.SendData(j, engine.MaxChunk, func(h *engine.Header, payload []byte) error {
-		l.wmu.Lock()
-		defer l.wmu.Unlock()
-		return l.writeFrame(h, payload)
-	})
-}
-
-// sayBye writes BYE after everything queued before it (a CTS refusal the
-// peer is waiting for, say) and shuts down this side of the connection.
-func (l *link) sayBye() {
-	h := engine.Header{Kind: engine.KindBye}
-	l.wmu.Lock()
-	l.writeFrame(&h, nil)
-	l.wmu.Unlock()
-	if cw, ok := l.nc.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
-}
-
-// sayAborted tells the peer, if the socket is free at once, that this rank
-// aborted, so it reports that rather than a vanished process.
-func (l *link) sayAborted() {
-	if !l.wmu.TryLock() {
-		return
-	}
-	defer l.wmu.Unlock()
-	l.nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	h := engine.Header{Kind: engine.KindBye, Flags: engine.ByeAborted}
-	l.writeFrame(&h, nil)
-}
-
-func (l *link) readLoop() {
-	var hb [engine.HeaderSize]byte
-	src := source{l.br}
-	for {
-		h, err := decode(l.br, &hb)
-		if err == nil {
-			err = l.p.Arrive(&h, src)
-		}
-		if err != nil {
-			l.p.Broken(err)
-			return
-		}
-		if h.Kind == engine.KindBye && l.e.Closing() {
-			return // both sides said goodbye: nothing more will come
-		}
-	}
 }
 
 // Transport implements the engine's naming of links.

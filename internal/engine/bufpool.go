@@ -13,6 +13,10 @@ const minClass = 6 // 64 bytes
 
 var bufPools [EagerLog - minClass + 1]sync.Pool
 
+// sliceHeads holds the *[]byte boxes the buffers travel in, emptied, so
+// that putting a buffer back allocates no box.
+var sliceHeads sync.Pool
+
 func classOf(n int) int {
 	if n <= 1<<minClass {
 		return 0
@@ -28,7 +32,10 @@ func getBuf(n int) []byte {
 	}
 	c := classOf(n)
 	if p, ok := bufPools[c].Get().(*[]byte); ok {
-		return (*p)[:n]
+		b := (*p)[:n]
+		*p = nil
+		sliceHeads.Put(p)
+		return b
 	}
 	return make([]byte, n, 1<<(c+minClass))
 }
@@ -42,8 +49,12 @@ func putBuf(b []byte) {
 	if cap(b) != 1<<(c+minClass) {
 		return
 	}
-	b = b[:0]
-	bufPools[c].Put(&b)
+	p, ok := sliceHeads.Get().(*[]byte)
+	if !ok {
+		p = new([]byte)
+	}
+	*p = b[:0]
+	bufPools[c].Put(p)
 }
 
 // GetBuf returns a buffer of length n from the engine's pools, for a link

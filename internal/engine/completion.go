@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,13 +13,14 @@ import (
 // with the request, so the steady state allocates nothing: the wake channel
 // and the timer live as long as the request object.
 //
-// The completer writes st and err and publishes them (state 1), closes a
-// Done channel if one was asked for, puts a token in wake, and marks its
-// own work finished (state 2). Readers look at state >= 1; reset, which
-// recycles the request, waits for state 2 so the completer is never
-// touching a request that has been handed out again.
+// The completer does all its work under mu: it writes st and err,
+// publishes them (state 1), closes a Done channel if one was asked for and
+// puts a token in wake. Readers look at state without the lock; reset,
+// which recycles the request, takes mu, so it waits (on the mutex, never
+// in a loop) for a completer that is still finishing, and the completer
+// never touches a request that has been handed out again.
 type completion struct {
-	state     atomic.Uint32 // 0 pending, 1 result published, 2 completer finished
+	state     atomic.Uint32 // 0 pending, 1 result published
 	wake      chan struct{} // capacity 1: one token per completion
 	timer     *time.Timer
 	timerBusy atomic.Bool // a waiter is using timer
@@ -40,19 +40,18 @@ func (c *completion) init() {
 // complete ends the request. It is called exactly once per use, by the
 // request's current owner.
 func (c *completion) complete(st backend.Status, err error) {
+	c.mu.Lock()
 	c.st, c.err = st, err
 	c.state.Store(1)
-	c.mu.Lock()
 	c.closed = true
 	if c.doneCh != nil {
 		close(c.doneCh)
 	}
-	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	c.state.Store(2)
+	c.mu.Unlock()
 }
 
 func (c *completion) isDone() bool { return c.state.Load() >= 1 }
@@ -129,16 +128,13 @@ func (c *completion) Done() <-chan struct{} {
 // request: its previous use has completed and been observed, or it was
 // never handed out (state 0).
 func (c *completion) reset() {
-	for c.state.Load() == 1 { // the completer is finishing
-		runtime.Gosched()
-	}
+	c.mu.Lock() // waits for a completer that is finishing
 	select {
 	case <-c.wake:
 	default:
 	}
 	c.state.Store(0)
-	c.mu.Lock()
 	c.doneCh, c.closed = nil, false
-	c.mu.Unlock()
 	c.st, c.err = backend.Status{}, nil
+	c.mu.Unlock()
 }

@@ -155,6 +155,15 @@ func (e *Engine) Abort(err error) {
 	}
 }
 
+// Link returns the link to rank j: nil for this rank, or for a rank out
+// of range or not attached.
+func (e *Engine) Link(j int) Link {
+	if j < 0 || j >= e.size || e.peers[j] == nil {
+		return nil
+	}
+	return e.peers[j].link
+}
+
 // Transport names what carries messages to rank j: "self" for this rank,
 // else the link's own name ("tcp", "shm").
 func (e *Engine) Transport(j int) string {

@@ -93,6 +93,7 @@ var external = map[string][]string{
 	"internal/shm":         {"golang.org/x/sys"},
 	"internal/engine":      {"golang.org/x/sys"}, // sched_yield
 	"backend/shm":          {"golang.org/x/sys"}, // the socket's peer credentials
+	"backend/tcp":          {"golang.org/x/sys"}, // waiters read the socket without blocking
 	"internal/bench/chart": {"gonum.org/v1/plot"},
 }
 

@@ -1,0 +1,214 @@
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/engine"
+)
+
+// loopback connects two ranks over real loopback TCP, so that waiting
+// goroutines read the sockets themselves (net.Pipe has no descriptor to
+// poll).
+func loopback(t *testing.T) []backend.Conn { return loopbackWith(t, Options{}) }
+
+// loopbackWith is loopback with o's eager limit and socket buffers.
+func loopbackWith(t testing.TB, o Options) []backend.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			acc <- nil
+			return
+		}
+		acc <- c
+	}()
+	c1, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	c0 := <-acc
+	require.NotNil(t, c0)
+	conns := [][]net.Conn{{nil, c0}, {c1, nil}}
+	out := make([]backend.Conn, 2)
+	for i := range out {
+		oi := o
+		oi.Rank, oi.Size, oi.Conns, oi.Linger = i, 2, conns[i], time.Second
+		out[i], err = New(context.Background(), oi)
+		require.NoError(t, err)
+	}
+	for i, c := range out {
+		require.NotEmpty(t, c.(*engine.Engine).Transport(1-i))
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, c := range out {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Close() }()
+		}
+		wg.Wait()
+	})
+	return out
+}
+
+// pattern fills b with bytes that name message i of sender from.
+func pattern(b []byte, from, i int) {
+	for k := range b {
+		b[k] = byte(from*131 + i*7 + k*13)
+	}
+	if len(b) >= 8 {
+		binary.LittleEndian.PutUint32(b, uint32(i))
+		binary.LittleEndian.PutUint32(b[4:], uint32(from))
+	}
+}
+
+// checkPattern reports how b differs from what pattern wrote.
+func checkPattern(b []byte, from, i int) error {
+	want := make([]byte, len(b))
+	pattern(want, from, i)
+	for k := range b {
+		if b[k] != want[k] {
+			return fmt.Errorf("message %d from rank %d: byte %d of %d is %#x, want %#x", i, from, k, len(b), b[k], want[k])
+		}
+	}
+	return nil
+}
+
+// TestLoopbackWaiterAndReaderKeepOrder sends many small and large
+// messages both ways at once over loopback TCP, one tag, so that each must
+// arrive in the order it was sent, while the receivers take them in turns
+// three ways: waiting at once (the waiting goroutine reads the socket),
+// posting late (the reader goroutine has queued them as unexpected), and
+// polling with Test. No frame may be lost or reordered, whoever reads it,
+// including the DATA of large messages that change hands half-way.
+func TestLoopbackWaiterAndReaderKeepOrder(t *testing.T) {
+	cs := loopback(t)
+	sizes := []int{1, 8, 100, 4 << 10, 64 << 10, 64<<10 + 1, 300 << 10, 3 << 20}
+	count := 300
+	if testing.Short() {
+		count = 60
+	}
+	sizeOf := func(i int) int {
+		if i%5 == 4 {
+			return sizes[4+i/5%4] // every fifth is large: eager limit and over
+		}
+		return sizes[i%4]
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for me := range 2 {
+		peer := 1 - me
+		wg.Add(2)
+		go func() { // sender
+			defer wg.Done()
+			reqs := make([]backend.Request, 0, 16)
+			bufs := make([][]byte, 0, 16)
+			flush := func() error {
+				for k, r := range reqs {
+					if _, err := r.Wait(20 * time.Second); err != nil {
+						return fmt.Errorf("rank %d send: %w", me, err)
+					}
+					r.Release()
+					bufs[k] = nil
+				}
+				reqs, bufs = reqs[:0], bufs[:0]
+				return nil
+			}
+			for i := range count {
+				b := make([]byte, sizeOf(i))
+				pattern(b, me, i)
+				r, err := cs[me].Isend(backend.Buffer{Ptr: unsafePointer(b), Count: int64(len(b)), Type: backend.Uint8}, peer, 3, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				reqs, bufs = append(reqs, r), append(bufs, b)
+				if len(reqs) == cap(reqs) || i%7 == 0 {
+					if err := flush(); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			if err := flush(); err != nil {
+				errs <- err
+			}
+		}()
+		go func() { // receiver
+			defer wg.Done()
+			for i := 0; i < count; {
+				mode := i / 3 % 3
+				if mode == 1 {
+					time.Sleep(time.Millisecond) // let the reader goroutine take them
+				}
+				batch := min(3, count-i)
+				reqs := make([]backend.Request, batch)
+				bufs := make([][]byte, batch)
+				for k := range batch {
+					bufs[k] = make([]byte, sizeOf(i+k))
+					r, err := cs[me].Irecv(backend.Buffer{Ptr: unsafePointer(bufs[k]), Count: int64(len(bufs[k])), Type: backend.Uint8}, peer, 3, 0)
+					if err != nil {
+						errs <- err
+						return
+					}
+					reqs[k] = r
+				}
+				for k, r := range reqs {
+					var st backend.Status
+					var err error
+					if mode == 2 {
+						deadline := time.Now().Add(20 * time.Second)
+						for {
+							var done bool
+							if done, st, err = r.Test(); done || time.Now().After(deadline) {
+								if !done && err == nil {
+									err = fmt.Errorf("Test never completed")
+								}
+								break
+							}
+						}
+					} else {
+						st, err = r.Wait(20 * time.Second)
+					}
+					r.Release()
+					if err == nil && st.Count != int64(len(bufs[k])) {
+						err = fmt.Errorf("count %d, want %d", st.Count, len(bufs[k]))
+					}
+					if err == nil {
+						err = checkPattern(bufs[k], peer, i+k)
+					}
+					if err != nil {
+						errs <- fmt.Errorf("rank %d, message %d (mode %d): %w", me, i+k, mode, err)
+						return
+					}
+				}
+				i += batch
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, c := range cs {
+		l := c.(*engine.Engine).Link(1 - i).(*link)
+		l.rmu.Lock()
+		taken := l.rd.taken
+		l.rmu.Unlock()
+		t.Logf("rank %d: %d steps by the reader goroutine, %d by waiters", i, taken[0], taken[1])
+		if taken[0] == 0 || taken[1] == 0 {
+			t.Errorf("rank %d: the reader goroutine took %d steps and waiters %d: the test did not exercise both", i, taken[0], taken[1])
+		}
+	}
+}
