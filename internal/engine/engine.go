@@ -101,6 +101,15 @@ func (e *Engine) Go(f func()) {
 	}()
 }
 
+// Err returns the error every operation fails with once Close or Abort
+// has begun, or nil.
+func (e *Engine) Err() error {
+	if err := e.dead.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
 // Closing reports whether Close has begun.
 func (e *Engine) Closing() bool { return e.closing.Load() }
 

@@ -33,11 +33,7 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 		if r.isDone() {
 			break
 		}
-		if e.yield {
-			osYield()
-		} else if i&63 == 63 {
-			runtime.Gosched()
-		}
+		e.SpinPause(i)
 		if i&15 == 0 {
 			if i == 0 {
 				start = time.Now()
@@ -48,5 +44,18 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 	}
 	for _, p := range e.pollers {
 		p.SpinEnd()
+	}
+}
+
+// SpinPause is what a goroutine polling in a loop does between its polls
+// (i counts them from 0): when ranks outnumber cores it gives the core
+// away (sched_yield), so a rank never spins while the rank it waits for
+// cannot run; otherwise it lets the runtime schedule other goroutines
+// every 64 polls. The shared-memory collectives wait the same way.
+func (e *Engine) SpinPause(i int) {
+	if e.yield {
+		osYield()
+	} else if i&63 == 63 {
+		runtime.Gosched()
 	}
 }

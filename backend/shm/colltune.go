@@ -1,0 +1,76 @@
+package shm
+
+import "github.com/courier-mp/courier/backend"
+
+// Which collectives run through shared memory (Coll), and up to what
+// size: every threshold in one table, chosen by measurement (courier
+// bench -coll over the host backend, shared memory against mp's
+// point-to-point algorithms over the same transport; the figures, the
+// commands and how to measure again are in docs/benchmarks.md,
+// "Collectives through shared memory").
+//
+// Each table has rows of a rank count and a size: for communicators of at
+// most ranks ranks (the first row that fits), a collective whose part per
+// rank (the send buffer: Allreduce's and Reduce's, Bcast's buffer,
+// Allgather's block) has at most bytes bytes runs through shared memory.
+var (
+	collAllreduce = []collPoint{{anyRanks, collSlot}}
+	collReduce    = []collPoint{{anyRanks, collSlot}}
+	collBcast     = []collPoint{{anyRanks, collSlot}}
+	collAllgather = []collPoint{{anyRanks, collSlot}}
+)
+
+// collSlot is the capacity of one slot of a rank's collective area: no
+// table may go beyond it.
+const collSlot = 64 << 10
+
+// anyRanks is the rank count of a table's last row.
+const anyRanks = 1<<31 - 1
+
+// collPoint is one row of a table: at most ranks ranks, at most bytes
+// bytes per rank.
+type collPoint struct {
+	ranks int
+	bytes int64
+}
+
+// take reports whether co runs through shared memory on size ranks: its
+// kind has a table, its buffers are host memory, and its part per rank is
+// within the table's size.
+func take(co backend.Coll, size int) bool {
+	if co.Send.Mem != backend.Host || co.Recv.Mem != backend.Host {
+		return false
+	}
+	var t []collPoint
+	switch co.Kind {
+	case backend.Allreduce:
+		t = collAllreduce
+	case backend.Reduce:
+		t = collReduce
+	case backend.Bcast:
+		t = collBcast
+	case backend.Allgather:
+		t = collAllgather
+	default:
+		return false
+	}
+	n := co.Send.Len()
+	for _, row := range t {
+		if size <= row.ranks {
+			return n <= min(row.bytes, collSlot)
+		}
+	}
+	return false
+}
+
+// CollThresholds lists every size of the tables, for the test that checks
+// the conformance suite tries sizes on both sides of each.
+func CollThresholds() []int64 {
+	var all []int64
+	for _, t := range [][]collPoint{collAllreduce, collReduce, collBcast, collAllgather} {
+		for _, row := range t {
+			all = append(all, row.bytes)
+		}
+	}
+	return all
+}
