@@ -22,15 +22,15 @@ import (
 //
 // Memory: each rank's inbox ends with its collective area (collArea),
 // which the other ranks map with the inbox: a line with its sequence word
-// and the descriptors of what its two slots hold, a line with the bell its
-// waiter sleeps on, and two slots of collSlot bytes.
+// and the descriptors of what its slots hold, a line with the bell its
+// waiter sleeps on, and collSlots slots of collSlot bytes.
 //
 // The protocol, for the k-th collective of the communicator (every rank
-// counts alike; slot k mod 2):
+// counts alike; S = collSlots, slot k mod S):
 //
 //  1. A rank that writes (all of them; the root alone for Bcast) waits
-//     until every rank's sequence word is at least k−1, copies its send
-//     buffer into its slot k mod 2, and stores the slot's descriptor.
+//     until every rank's sequence word is at least k−S+1, copies its send
+//     buffer into its slot k mod S, and stores the slot's descriptor.
 //  2. Every rank stores k in its sequence word and rings the others'
 //     bells: k says it has entered call k, its slot (if it writes) is
 //     filled, and it has finished reading every earlier call.
@@ -40,10 +40,11 @@ import (
 //     that calls another collective, type, count, operator or root makes
 //     ErrMismatch), and copies or reduces the slots, in rank order.
 //
-// A slot written in call k is overwritten in call k+2 only, whose step 1
+// A slot written in call k is overwritten in call k+S only, whose step 1
 // waits for every rank to reach k+1, that is, to have finished reading
-// call k: two slots are enough, and no call waits for a reader except in
-// step 1 of the call after next. An Allreduce combines the slots of ranks
+// call k. So a writer waits for readers only when it is S calls ahead: a
+// Bcast's root, a Reduce's non-roots, run up to S calls ahead of the
+// ranks that read them, as they would over buffered messages. An Allreduce combines the slots of ranks
 // 0, 1, … N−1 in that order on every rank, with internal/reduce's
 // kernels, so every rank gets the same bits.
 //
@@ -70,9 +71,9 @@ type Coll struct {
 // collArea is one rank's collective area, as this rank sees it.
 type collArea struct {
 	seq  *atomic.Uint64    // the last call the rank entered
-	desc [2]*atomic.Uint64 // what each slot holds (collDesc)
-	bell shmem.Bell        // the rank's waiter sleeps on it
-	slot [2][]byte
+	desc [collSlots]*atomic.Uint64 // what each slot holds (collDesc)
+	bell shmem.Bell                // the rank's waiter sleeps on it
+	slot [collSlots][]byte
 }
 
 // The layout of a collective area: its sequence word and descriptors on
@@ -83,20 +84,19 @@ const (
 	collDescOff  = 8
 	collBellOff  = collLine
 	collSlotOff  = 2 * collLine
-	collAreaSize = (collSlotOff + 2*collSlot + page - 1) &^ (page - 1)
+	collAreaSize = (collSlotOff + collSlots*collSlot + page - 1) &^ (page - 1)
 )
 
 // newArea lays a collective area over mem (collAreaSize bytes, page
 // aligned, inside a mapped segment).
 func newArea(mem []byte) collArea {
 	word := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
-	a := collArea{
-		seq:  word(collSeqOff),
-		desc: [2]*atomic.Uint64{word(collDescOff), word(collDescOff + 8)},
-		bell: shmem.NewBell((*uint32)(unsafe.Pointer(&mem[collBellOff]))),
+	a := collArea{seq: word(collSeqOff), bell: shmem.NewBell((*uint32)(unsafe.Pointer(&mem[collBellOff])))}
+	for b := range collSlots {
+		a.desc[b] = word(collDescOff + 8*b)
+		off := collSlotOff + b*collSlot
+		a.slot[b] = mem[off : off+collSlot : off+collSlot]
 	}
-	a.slot[0] = mem[collSlotOff : collSlotOff+collSlot : collSlotOff+collSlot]
-	a.slot[1] = mem[collSlotOff+collSlot : collSlotOff+2*collSlot : collSlotOff+2*collSlot]
 	return a
 }
 

@@ -31,11 +31,11 @@ func (c *Coll) closedErr(r *collReq) error {
 // the rank it waits for. Under c.mu, inside the hub.
 func (c *Coll) step(r *collReq) bool {
 	me := &c.areas[c.rank]
-	b := r.k & 1
+	b := r.k % collSlots
 	if r.phase == phaseWrite {
 		if writes(&r.co, c.rank) {
 			for j := range c.areas {
-				if j != c.rank && c.areas[j].seq.Load()+1 < r.k {
+				if j != c.rank && c.areas[j].seq.Load()+collSlots <= r.k {
 					r.waitFor = j
 					return false
 				}

@@ -21,8 +21,13 @@ var (
 )
 
 // collSlot is the capacity of one slot of a rank's collective area: no
-// table may go beyond it.
-const collSlot = 64 << 10
+// table may go beyond it. collSlots is how many slots a rank has, so how
+// many calls a writer may run ahead of its readers (Coll's doc), as
+// buffered messages let a loop of Bcasts or Reduces overlap.
+const (
+	collSlot  = 64 << 10
+	collSlots = 4
+)
 
 // anyRanks is the rank count of a table's last row.
 const anyRanks = 1<<31 - 1
