@@ -26,7 +26,7 @@ var (
 // buffered messages let a loop of Bcasts or Reduces overlap.
 const (
 	collSlot  = 64 << 10
-	collSlots = 4
+	collSlots = 8
 )
 
 // anyRanks is the rank count of a table's last row.
