@@ -14,10 +14,19 @@ import "github.com/courier-mp/courier/backend"
 // rank (the send buffer: Allreduce's and Reduce's, Bcast's buffer,
 // Allgather's block) has at most bytes bytes runs through shared memory.
 var (
-	collAllreduce = []collPoint{{anyRanks, collSlot}}
-	collReduce    = []collPoint{{anyRanks, collSlot}}
-	collBcast     = []collPoint{{anyRanks, collSlot}}
-	collAllgather = []collPoint{{anyRanks, collSlot}}
+	// collAllreduce: every rank combines every slot, N−1 passes over the
+	// buffer where recursive doubling makes log2 N: from 16–32 KiB the
+	// redundant work costs more than the messages it saves.
+	collAllreduce = []collPoint{{2, 8 << 10}, {4, 16 << 10}, {anyRanks, 8 << 10}}
+	// collReduce: Allreduce's table (bench has no Reduce): the root does
+	// an Allreduce's work, the other ranks only copy in.
+	collReduce = collAllreduce
+	// collBcast: ahead of the binomial tree at every size a slot holds,
+	// 3–10 times at 16–64 KiB.
+	collBcast = []collPoint{{anyRanks, collSlot}}
+	// collAllgather: ahead from 4 ranks at every size a slot holds (3–8
+	// times); on 2 ranks the single exchange wins from 8 KiB per rank.
+	collAllgather = []collPoint{{2, 4 << 10}, {anyRanks, collSlot}}
 )
 
 // collSlot is the capacity of one slot of a rank's collective area: no
