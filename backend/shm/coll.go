@@ -70,7 +70,7 @@ type Coll struct {
 
 // collArea is one rank's collective area, as this rank sees it.
 type collArea struct {
-	seq  *atomic.Uint64    // the last call the rank entered
+	seq  *atomic.Uint64            // the last call the rank entered
 	desc [collSlots]*atomic.Uint64 // what each slot holds (collDesc)
 	bell shmem.Bell                // the rank's waiter sleeps on it
 	slot [collSlots][]byte
