@@ -81,6 +81,7 @@ var testOnly = map[string][]string{
 	"cuda":        {"backend"}, // the tests match backend's sentinels
 	"bootstrap":   {"internal/leakcheck"},
 	"backend/tcp": {"internal/leakcheck"},
+	"backend/shm": {"internal/conformance"}, // the thresholds lie in the suite's sweep
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "mp",
