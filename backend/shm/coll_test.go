@@ -16,7 +16,8 @@ func TestCollTake(t *testing.T) {
 	host := func(n int64) backend.Buffer {
 		return backend.Buffer{Ptr: unsafe.Pointer(new([8]byte)), Count: n, Type: backend.Float32, Mem: backend.Host}
 	}
-	dev := backend.Buffer{Ptr: unsafe.Pointer(uintptr(1 << 40)), Count: 2, Type: backend.Float32, Mem: backend.Device}
+	dev := host(2)
+	dev.Mem = backend.Device
 	for _, tc := range []struct {
 		co   backend.Coll
 		size int
