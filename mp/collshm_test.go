@@ -38,7 +38,7 @@ func onAll(comms []*mp.Comm, f func(c *mp.Comm) error) []error {
 }
 
 // TestSharedCollectivesTaken: small Allreduce, Reduce, Bcast and
-// Allgather run through shared memory, large ones and the collectives it
+// Allgather, and Barrier, run through shared memory, large ones and the collectives it
 // does not take (ReduceScatter, Alltoall) over point-to-point messages;
 // over the tcp backend nothing does.
 func TestSharedCollectivesTaken(t *testing.T) {
@@ -53,6 +53,7 @@ func TestSharedCollectivesTaken(t *testing.T) {
 		{"reduce", 8, true, false}, {"reduce", 1 << 20, false, false},
 		{"bcast", 8, true, true}, {"bcast", 64 << 10, true, false}, {"bcast", 1 << 20, false, false},
 		{"allgather", 8, true, true}, {"allgather", 64 << 10, true, false}, {"allgather", 256 << 10, false, false},
+		{"barrier", 0, true, true},
 		{"reducescatter", 8, false, false}, {"alltoall", 8, false, false},
 	}
 	for _, backend := range []string{"host", "tcp"} {
@@ -79,6 +80,8 @@ func TestSharedCollectivesTaken(t *testing.T) {
 					err = mp.ReduceScatter(c, send, recv[:n], mp.Sum)
 				case "alltoall":
 					err = mp.Alltoall(c, send, recv)
+				case "barrier":
+					err = mp.Barrier(c)
 				}
 				if err != nil {
 					return err
@@ -265,6 +268,7 @@ func TestSharedCollectivesAllocs(t *testing.T) {
 		"reduce":    func(c *mp.Comm) error { b := bufs[c.Rank()]; return mp.Reduce(c, b[0], b[1][:n], mp.Max, 0) },
 		"bcast":     func(c *mp.Comm) error { return mp.Bcast(c, bufs[c.Rank()][0], 1) },
 		"allgather": func(c *mp.Comm) error { b := bufs[c.Rank()]; return mp.Allgather(c, b[0], b[1]) },
+		"barrier":   mp.Barrier,
 	}
 	for name, op := range ops {
 		loop := func(k int) {

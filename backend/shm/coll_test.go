@@ -33,6 +33,7 @@ func TestCollTake(t *testing.T) {
 		{backend.Coll{Kind: backend.Reduce, Send: host(2), Recv: host(2), Op: backend.Max}, 3, true},
 		{backend.Coll{Kind: backend.ReduceScatter, Send: host(8), Recv: host(2), Op: backend.Sum}, 4, false},
 		{backend.Coll{Kind: backend.Alltoall, Send: host(8), Recv: host(8)}, 4, false},
+		{backend.Coll{Kind: backend.Barrier}, 16, true},
 		{backend.Coll{Kind: backend.Allreduce, Send: dev, Recv: dev, Op: backend.Sum}, 4, false},
 	} {
 		assert.Equal(t, tc.want, take(tc.co, tc.size), "%v of %d bytes on %d ranks", tc.co.Kind, tc.co.Send.Len(), tc.size)

@@ -73,17 +73,19 @@ func (c *Coll) step(r *collReq) bool {
 }
 
 // writes reports whether rank fills its slot in co: every rank but a
-// Bcast's non-roots.
+// Bcast's non-roots (a Barrier's slot holds its descriptor alone, which
+// the others check).
 func writes(co *backend.Coll, rank int) bool {
 	return co.Kind != backend.Bcast || rank == co.Root
 }
 
-// readRange is the ranks whose slots rank reads in co, lo to hi−1: every
-// rank for Allreduce and Allgather, the root for a Bcast's non-roots,
+// readRange is the ranks whose slots rank reads (or, for a Barrier,
+// whose arrival it waits for) in co, lo to hi−1: every rank for
+// Allreduce, Allgather and Barrier, the root for a Bcast's non-roots,
 // every rank for a Reduce's root, none otherwise.
 func readRange(co *backend.Coll, rank, size int) (lo, hi int) {
 	switch co.Kind {
-	case backend.Allreduce, backend.Allgather:
+	case backend.Allreduce, backend.Allgather, backend.Barrier:
 		return 0, size
 	case backend.Bcast:
 		if rank != co.Root {

@@ -65,6 +65,8 @@ func take(co backend.Coll, size int) bool {
 		t = collBcast
 	case backend.Allgather:
 		t = collAllgather
+	case backend.Barrier:
+		return true
 	default:
 		return false
 	}
