@@ -70,6 +70,7 @@ func New(o Options) (*Engine, error) {
 	if e.linger <= 0 {
 		e.linger = DefaultLinger
 	}
+	engines.Add(1)
 	return e, nil
 }
 
@@ -130,6 +131,7 @@ func (e *Engine) Missing() error {
 // goroutines.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
+		engines.Add(-1)
 		e.closing.Store(true)
 		e.failAll(backend.ErrClosed)
 		dl := time.Now().Add(e.linger)
