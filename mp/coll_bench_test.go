@@ -8,10 +8,6 @@ import (
 	"github.com/courier-mp/courier/mp"
 )
 
-// ranks opens an n-rank job in this process over loopback TCP, closed
-// when b ends.
-func ranks(b *testing.B, n int) []*mp.Comm { return openRanks(b, n, "tcp") }
-
 // benchColl runs op b.N times on every rank of an n-rank job, after a
 // warm-up that fills the pools; ns/op and allocs/op are one call on every
 // rank at once (allocations counted over all the ranks of the process).
