@@ -17,8 +17,8 @@ import (
 // slot, every rank that needs it reads (and reduces) the slots straight
 // from the others' memory, and no message moves. It implements the
 // collectives of backend.Collectives that it takes (Bcast, Reduce,
-// Allreduce, Allgather of host buffers up to the sizes of colltune.go)
-// and answers backend.ErrSkip for the others.
+// Allreduce, Allgather of host buffers up to the sizes of colltune.go,
+// and Barrier) and answers backend.ErrSkip for the others.
 //
 // Memory: each rank's inbox ends with its collective area (collArea),
 // which the other ranks map with the inbox: a line with its sequence word
@@ -44,9 +44,11 @@ import (
 // waits for every rank to reach k+1, that is, to have finished reading
 // call k. So a writer waits for readers only when it is S calls ahead: a
 // Bcast's root, a Reduce's non-roots, run up to S calls ahead of the
-// ranks that read them, as they would over buffered messages. An Allreduce combines the slots of ranks
-// 0, 1, … N−1 in that order on every rank, with internal/reduce's
-// kernels, so every rank gets the same bits.
+// ranks that read them, as they would over buffered messages. A Barrier
+// is the protocol with no data: every rank publishes, and waits for every
+// other. An Allreduce combines the slots of ranks 0, 1, … N−1 in that
+// order on every rank, with internal/reduce's kernels, so every rank gets
+// the same bits.
 //
 // Waiting (collwait.go) polls the words for a while, giving the core away
 // when ranks outnumber cores, then sleeps on the rank's bell, which every
@@ -77,7 +79,7 @@ type collArea struct {
 }
 
 // The layout of a collective area: its sequence word and descriptors on
-// one cache line (pair), its bell on the next, then the two slots.
+// one cache line (pair), its bell on the next, then the slots.
 const (
 	collLine     = 128 // a pair of cache lines: the adjacent-line prefetcher shares nothing
 	collSeqOff   = 0
@@ -86,6 +88,10 @@ const (
 	collSlotOff  = 2 * collLine
 	collAreaSize = (collSlotOff + collSlots*collSlot + page - 1) &^ (page - 1)
 )
+
+// The sequence word and the descriptors fit their line (a negative array
+// length does not compile).
+var _ [collLine - collDescOff - 8*collSlots]struct{}
 
 // newArea lays a collective area over mem (collAreaSize bytes, page
 // aligned, inside a mapped segment).
