@@ -94,8 +94,8 @@ type Request interface {
 // OpInfo describes a pending operation, for reports made when a wait times
 // out or a communicator is aborted.
 type OpInfo struct {
-	Op     string // "send" or "recv"
-	Peer   int    // destination or source; AnySource for a wildcard receive
+	Op     string // "send" or "recv", or a collective a transport runs itself ("allreduce (shared memory)")
+	Peer   int    // destination or source (AnySource for a wildcard receive); for a collective, the rank it waits for (-1: none)
 	Tag    int
 	Count  int64
 	Type   DType

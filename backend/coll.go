@@ -17,6 +17,7 @@ type CollKind uint8
 //	Allgather      Send n; Recv N·n (rank k's block at k·n)
 //	ReduceScatter  Send N·n; Recv n (the reduction of every rank's block k lands at rank k)
 //	Alltoall       Send N·n; Recv N·n (block k of Send goes to rank k, block j of Recv comes from rank j)
+//	Barrier        no buffers (Send and Recv empty): it completes once every rank has started it
 //
 // In place: Recv may be the same memory as Send (Bcast always is); for
 // Allgather, Send may be this rank's block of Recv, and for ReduceScatter
@@ -28,10 +29,11 @@ const (
 	Allgather
 	ReduceScatter
 	Alltoall
+	Barrier
 )
 
 var collNames = [...]string{Bcast: "bcast", Reduce: "reduce", Allreduce: "allreduce",
-	Allgather: "allgather", ReduceScatter: "reducescatter", Alltoall: "alltoall"}
+	Allgather: "allgather", ReduceScatter: "reducescatter", Alltoall: "alltoall", Barrier: "barrier"}
 
 // String is the operation's name in lower case ("allreduce").
 func (k CollKind) String() string {
@@ -101,7 +103,8 @@ type Coll struct {
 //
 // Collective starts c and returns its request, which completes when this
 // rank's part is done (its Recv holds the result; its Send may be
-// reused). Every rank calls the same collectives in the same order. A
+// reused). Package mp asks for a Barrier this way too, and runs its own
+// (over point-to-point messages) on ErrSkip. Every rank calls the same collectives in the same order. A
 // transport that cannot run this one (an element type or operator it
 // lacks, a communicator it did not make) returns an error matching
 // ErrSkip, and package mp runs it over point-to-point messages instead.

@@ -1,15 +1,21 @@
 package mp
 
-import "github.com/courier-mp/courier/backend"
+import (
+	"errors"
+
+	"github.com/courier-mp/courier/backend"
+)
 
 // collTag is the tag of the library's own messages (collectives built on
 // point-to-point). User tags are non-negative and AnyTag matches only those,
 // so the two never mix.
 const collTag = -2
 
-// Barrier returns when every rank of the communicator has called it. It
-// uses the backend's point-to-point operations (a dissemination barrier:
-// ⌈log2 Size⌉ rounds of one send and one receive per rank).
+// Barrier returns when every rank of the communicator has called it. The
+// transport runs it where it can (on the host backend, ranks all on one
+// host meet through shared memory); otherwise it uses the backend's
+// point-to-point operations (a dissemination barrier: ⌈log2 Size⌉ rounds
+// of one send and one receive per rank).
 //
 //go:noinline
 func Barrier(c *Comm) error {
@@ -19,6 +25,17 @@ func Barrier(c *Comm) error {
 	c.collMu.Lock()
 	defer c.collMu.Unlock()
 	c.collPC = callerPC()
+	if cc, ok := c.conn.(backend.Collectives); ok && c.size > 1 {
+		r, err := cc.Collective(backend.Coll{Kind: backend.Barrier, Caller: c.collPC})
+		if err == nil {
+			_, err = c.wait(r)
+			r.Release()
+			return c.opErr("barrier", -1, -1, err)
+		}
+		if !errors.Is(err, backend.ErrSkip) {
+			return c.opErr("barrier", -1, -1, err)
+		}
+	}
 	// The one-byte token and the byte it is received into, in scratch
 	// memory (a transport keeps what it is given).
 	s := getScratch(16)

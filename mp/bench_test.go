@@ -24,7 +24,7 @@ func pair(b *testing.B, backend string) (c0, c1 *mp.Comm) {
 
 // openRanks opens an n-rank job in this process over the named backend;
 // the communicators close when b ends.
-func openRanks(b *testing.B, n int, backend string) []*mp.Comm {
+func openRanks(b testing.TB, n int, backend string) []*mp.Comm {
 	b.Helper()
 	jobs, err := ranktest.Jobs(n)
 	if err != nil {

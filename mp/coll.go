@@ -39,7 +39,12 @@ const (
 //
 // Host and device buffers work on every backend. On nccl, NCCL runs the
 // collective itself on a communicator of all the ranks (device buffers
-// directly, host buffers staged through the GPU); on tcp, courier runs it
+// directly, host buffers staged through the GPU); on host, when every
+// rank is on this host, small Allreduce, Reduce, Bcast and Allgather calls
+// (and Barrier) of host buffers run through shared memory, each rank
+// writing its part once and reading the others' straight out of their
+// memory (every rank combining in rank order, so all get the same bits);
+// elsewhere, and beyond those sizes, courier runs it
 // over point-to-point messages, with an algorithm chosen by size and rank
 // count: for small buffers recursive doubling (Allreduce, ReduceScatter,
 // Allgather on a power of two of ranks) and Bruck's Allgather (any other

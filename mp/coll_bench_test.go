@@ -8,15 +8,16 @@ import (
 	"github.com/courier-mp/courier/mp"
 )
 
-// ranks opens an n-rank job in this process over loopback TCP, closed
-// when b ends.
-func ranks(b *testing.B, n int) []*mp.Comm { return openRanks(b, n, "tcp") }
-
 // benchColl runs op b.N times on every rank of an n-rank job, after a
 // warm-up that fills the pools; ns/op and allocs/op are one call on every
 // rank at once (allocations counted over all the ranks of the process).
 func benchColl(b *testing.B, n, bytes int, op func(c *mp.Comm) error) {
-	comms := ranks(b, n)
+	benchCollOn(b, "tcp", n, bytes, op)
+}
+
+// benchCollOn is benchColl over the named backend.
+func benchCollOn(b *testing.B, backend string, n, bytes int, op func(c *mp.Comm) error) {
+	comms := openRanks(b, n, backend)
 	each := func(iters int) error {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
@@ -105,6 +106,26 @@ func BenchmarkColl(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("Barrier/np=%d", np), func(b *testing.B) {
 			benchColl(b, np, 0, mp.Barrier)
+		})
+	}
+}
+
+// BenchmarkCollSHM measures Barrier and an 8-byte Allreduce on 2 and 4
+// in-process ranks over the host backend, where they run through shared
+// memory.
+func BenchmarkCollSHM(b *testing.B) {
+	for _, np := range []int{2, 4} {
+		b.Run(fmt.Sprintf("Barrier/np=%d", np), func(b *testing.B) {
+			benchCollOn(b, "host", np, 0, mp.Barrier)
+		})
+		b.Run(fmt.Sprintf("Allreduce/np=%d/8B", np), func(b *testing.B) {
+			bufs := make([][]float32, np)
+			for i := range bufs {
+				bufs[i] = make([]float32, 2)
+			}
+			benchCollOn(b, "host", np, 8, func(c *mp.Comm) error {
+				return mp.Allreduce(c, bufs[c.Rank()], bufs[c.Rank()], mp.Sum)
+			})
 		})
 	}
 }

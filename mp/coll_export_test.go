@@ -1,5 +1,7 @@
 package mp
 
+import "github.com/courier-mp/courier/backend/tcp"
+
 // CollThresholds lists every size of the thresholds table (colltune.go),
 // for the external test that checks the conformance suite tries sizes on
 // both sides of each.
@@ -16,3 +18,7 @@ func CollThresholds() []int64 {
 // RaceEnabled reports a build with the race detector, where the external
 // tests cut their slowest runs short.
 const RaceEnabled = raceEnabled
+
+// SharedCollectives is the number of collectives c's rank has run through
+// shared memory (the host backend, every rank on this host).
+func SharedCollectives(c *Comm) int64 { return tcp.SharedCollectives(c.conn) }

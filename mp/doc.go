@@ -59,9 +59,10 @@
 // Max, on every element type (Min and Max not on complex numbers). They
 // run in place where the buffers say so (Allreduce(c, x, x, Sum)). On
 // nccl, NCCL runs them on a communicator of every rank, device buffers
-// directly; on tcp, and for what NCCL lacks (int16, uint16, products of
-// complex numbers), courier runs them over point-to-point messages that
-// never mix with the program's own. With checks (COURIER_CHECK=1) the
+// directly; on host, ranks all on one host run the small ones through
+// shared memory; on tcp, for larger sizes, and for what NCCL lacks
+// (int16, uint16, products of complex numbers), courier runs them over
+// point-to-point messages that never mix with the program's own. With checks (COURIER_CHECK=1) the
 // ranks compare each collective before it runs, and a rank that calls it
 // differently is named in an ErrMismatch on every rank.
 //

@@ -50,6 +50,18 @@ func rankMain(role string) int {
 		_, err := mp.Recv(comm, buf, 2, 0)
 		fmt.Printf("recv-ended %v after %v: %v\n", errors.Is(err, mp.ErrPeerLost), time.Since(start).Round(time.Millisecond), err)
 		return 0
+	case "victim-coll":
+		fmt.Println("ready")
+		if comm.Rank() == 2 {
+			select {} // rank 2 waits to be killed
+		}
+		buf := []float64{1}
+		before := mp.SharedCollectives(comm)
+		start := time.Now()
+		err := mp.Allreduce(comm, buf, buf, mp.Sum) // rank 2 never takes part
+		fmt.Printf("recv-ended %v after %v through shared memory %v: %v\n", errors.Is(err, mp.ErrPeerLost),
+			time.Since(start).Round(time.Millisecond), mp.SharedCollectives(comm) > before, err)
+		return 0
 	}
 	return 2
 }
@@ -63,11 +75,21 @@ func TestKilledPeerEndsPendingRecv(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	for _, backend := range []string{"host", "tcp"} {
-		t.Run(backend, func(t *testing.T) { killedPeer(t, backend) })
+		t.Run(backend, func(t *testing.T) { killedPeer(t, backend, "victim-test") })
 	}
 }
 
-func killedPeer(t *testing.T, backend string) {
+// TestKilledPeerEndsSharedCollective: the same, with ranks 0 and 1 in an
+// Allreduce through shared memory that rank 2 never joins: their calls
+// end with ErrPeerLost within two seconds of the kill.
+func TestKilledPeerEndsSharedCollective(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	killedPeer(t, "host", "victim-coll")
+}
+
+func killedPeer(t *testing.T, backend, role string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -76,7 +98,7 @@ func killedPeer(t *testing.T, backend string) {
 	var outs [3]*bufio.Scanner
 	for i := range procs {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "COURIER_TEST_ROLE=victim-test",
+		cmd.Env = append(os.Environ(), "COURIER_TEST_ROLE="+role,
 			fmt.Sprintf("COURIER_RANK=%d", i), "COURIER_SIZE=3", "COURIER_ADDR="+addr,
 			"COURIER_JOB_KEY=victim-test-key", "COURIER_TIMEOUT=20s", "COURIER_BACKEND="+backend, "COURIER_WANT_TRANSPORT="+map[string]string{"host": "shm", "tcp": "tcp"}[backend])
 		out, err := cmd.StdoutPipe()
@@ -105,6 +127,9 @@ func killedPeer(t *testing.T, backend string) {
 		case line := <-lines:
 			require.True(t, strings.HasPrefix(line, "recv-ended true"), "rank %d: %s", i, line)
 			require.Contains(t, line, "rank 2")
+			if role == "victim-coll" {
+				require.Contains(t, line, "through shared memory true", "rank %d", i)
+			}
 		case <-time.After(2*time.Second - time.Since(killed)):
 			t.Fatalf("rank %d's receive from the killed rank did not end within 2 s", i)
 		}

@@ -130,11 +130,15 @@ func describeOp(rank int, p backend.OpInfo) string {
 	if p.Tag == AnyTag {
 		tag = "any"
 	}
-	dir := "to"
-	if p.Op == "recv" {
-		dir = "from"
+	var s string
+	switch p.Op {
+	case "send":
+		s = fmt.Sprintf("send to rank %s, tag %s, %d × %v", peer, tag, p.Count, p.Type)
+	case "recv":
+		s = fmt.Sprintf("recv from rank %s, tag %s, %d × %v", peer, tag, p.Count, p.Type)
+	default: // a collective the transport runs
+		s = fmt.Sprintf("%s of %d × %v, waiting for rank %s", p.Op, p.Count, p.Type, peer)
 	}
-	s := fmt.Sprintf("%s %s rank %s, tag %s, %d × %v", p.Op, dir, peer, tag, p.Count, p.Type)
 	if p.Caller != 0 {
 		if f := runtime.FuncForPC(p.Caller - 1); f != nil {
 			file, line := f.FileLine(p.Caller - 1)

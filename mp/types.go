@@ -6,6 +6,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/cuda"
+	"github.com/courier-mp/courier/internal/reduce"
 )
 
 // Float16 is an IEEE 754 half-precision number, stored as its bits.
@@ -159,14 +160,14 @@ var (
 
 // Float16Of rounds f to the nearest Float16, ties to even: values beyond
 // the largest finite half (65504) become infinities, NaN stays NaN.
-func Float16Of(f float32) Float16 { return Float16(f32to16(f)) }
+func Float16Of(f float32) Float16 { return Float16(reduce.F32To16(f)) }
 
 // Float32 is h as a float32 (exact).
-func (h Float16) Float32() float32 { return f16to32(uint16(h)) }
+func (h Float16) Float32() float32 { return reduce.F16To32(uint16(h)) }
 
 // BFloat16Of rounds f to the nearest BFloat16, ties to even; NaN stays
 // NaN.
-func BFloat16Of(f float32) BFloat16 { return BFloat16(f32tobf16(f)) }
+func BFloat16Of(f float32) BFloat16 { return BFloat16(reduce.F32ToBF16(f)) }
 
 // Float32 is h as a float32 (exact).
-func (h BFloat16) Float32() float32 { return bf16to32(uint16(h)) }
+func (h BFloat16) Float32() float32 { return reduce.BF16To32(uint16(h)) }

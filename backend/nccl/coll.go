@@ -23,7 +23,7 @@ import (
 // communicator opened without the communicator of every rank
 // (CollectivesEnv=0, or one rank).
 func (c *conn) Collective(co backend.Coll) (backend.Request, error) {
-	if !c.world {
+	if !c.world || co.Kind == backend.Barrier {
 		return nil, backend.ErrSkip
 	}
 	if co.Kind < backend.Bcast || co.Kind > backend.Alltoall {

@@ -4,9 +4,10 @@
 //
 // Each rank owns an inbox, an anonymous memory file (memfd) holding its
 // doorbell and one single-producer single-consumer ring per other rank of
-// the host; it passes the inbox to those ranks over the authenticated unix
-// socket they met on, so no other job or user can attach and nothing is
-// ever named in /dev/shm. A message up to the eager limit is copied into
+// the host (and, when every rank of the job is on this host, the rank's
+// collective area); it passes the inbox to those ranks over the
+// authenticated unix socket they met on, so no other job or user can
+// attach and nothing is ever named in /dev/shm. A message up to the eager limit is copied into
 // the receiver's ring and out of it; a larger one is announced, and the
 // receiver copies it straight out of the sender's memory
 // (process_vm_readv: one copy), or, where the kernel refuses that, asks
@@ -15,10 +16,19 @@
 // doorbell (a futex) and senders wake it. The unix socket stays open: its
 // end is how a rank learns that a peer's process is gone.
 //
+// Coll runs small collectives (Allreduce, Reduce, Bcast, Allgather,
+// Barrier) of a job whose ranks are all on this host through the
+// collective areas, without messages: each rank writes its part into its
+// slot and the others read it straight out of shared memory.
+//
 // Files:
 //
-//	join.go    setting up: inboxes, passing them, the single-copy probe
-//	hub.go     the Hub: polling, the waiters' spin accounting, the progress goroutine
-//	link.go    one pair: sending, the outbox, draining the ring, pulling, the end
-//	record.go  a frame as a ring record
+//	join.go     setting up: inboxes, passing them, the single-copy probe
+//	hub.go      the Hub: polling, the waiters' spin accounting, the progress goroutine
+//	link.go     one pair: sending, the outbox, draining the ring, pulling, the end
+//	record.go   a frame as a ring record
+//	coll.go     the collectives through shared memory: Coll, its areas, its request
+//	collstep.go one collective's protocol: fill the slot, publish, read, combine
+//	collwait.go waiting for the other ranks: spin, sleep on the bell, loss, timeout
+//	colltune.go which collectives, up to what size (the measured thresholds)
 package shm

@@ -25,6 +25,7 @@ type Hub struct {
 	inbox    *shmem.Segment
 	bell     shmem.Bell
 	links    []*link
+	coll     *Coll // nil unless every rank of the job is on this host
 	spinners atomic.Int32
 	disarmed atomic.Bool  // a spinner disarmed the bell the progress goroutine sleeps on
 	live     atomic.Int32 // links not yet killed

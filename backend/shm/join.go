@@ -39,7 +39,7 @@ const (
 	dataChunk = 64 << 10
 )
 
-const setupMagic = "CSM1"
+const setupMagic = "CSM2"
 
 // Copy says how a message larger than the eager limit moves.
 type Copy uint8
@@ -87,20 +87,22 @@ type Options struct {
 }
 
 // setupMsg is what each rank tells each local peer, beside its inbox's
-// file descriptor: where the peer's ring is in the inbox, and where the
-// probe pattern is in its memory.
+// file descriptor: where the peer's ring is in the inbox, where the probe
+// pattern is in its memory, and where its collective area is in the inbox
+// (0: none, when some rank of the job is on another host).
 type setupMsg struct {
-	ringOff, ringCap, probe uint64
+	ringOff, ringCap, probe, collOff uint64
 }
 
-const setupSize = 4 + 3*8
+const setupSize = 4 + 4*8
 
 func (m setupMsg) encode() []byte {
 	b := make([]byte, 0, setupSize)
 	b = append(b, setupMagic...)
 	b = binary.LittleEndian.AppendUint64(b, m.ringOff)
 	b = binary.LittleEndian.AppendUint64(b, m.ringCap)
-	return binary.LittleEndian.AppendUint64(b, m.probe)
+	b = binary.LittleEndian.AppendUint64(b, m.probe)
+	return binary.LittleEndian.AppendUint64(b, m.collOff)
 }
 
 func parseSetup(b []byte) (setupMsg, error) {
@@ -111,6 +113,7 @@ func parseSetup(b []byte) (setupMsg, error) {
 		ringOff: binary.LittleEndian.Uint64(b[4:]),
 		ringCap: binary.LittleEndian.Uint64(b[12:]),
 		probe:   binary.LittleEndian.Uint64(b[20:]),
+		collOff: binary.LittleEndian.Uint64(b[28:]),
 	}, nil
 }
 
@@ -126,9 +129,10 @@ func ringCap(n int) int {
 // Join builds the shared-memory links to locals and attaches them to e:
 // each rank makes its inbox, passes it to every local peer over their
 // socket (nothing is ever named in /dev/shm), maps theirs, and tests
-// whether it may read their memory (for CopySingle). The sockets stay
-// open: their end tells that a peer is gone. The hub's goroutines start
-// with Start.
+// whether it may read their memory (for CopySingle). When locals are
+// every other rank of the job, each inbox also holds the rank's collective
+// area (Coll). The sockets stay open: their end tells that a peer is gone.
+// The hub's goroutines start with Start.
 func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (*Hub, error) {
 	h := &Hub{e: e, stop: make(chan struct{}), single: opts.Copy == CopySingle}
 	if len(locals) == 0 {
@@ -136,7 +140,12 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (
 	}
 	cap := ringCap(len(locals))
 	rb := (shmem.RingBytes(cap) + page - 1) &^ (page - 1)
-	seg, err := shmem.Create(fmt.Sprintf("courier-rank%d", e.Rank()), page+rb*len(locals))
+	size := page + rb*len(locals)
+	collOff := 0
+	if len(locals)+1 == e.Size() {
+		collOff, size = size, size+collAreaSize
+	}
+	seg, err := shmem.Create(fmt.Sprintf("courier-rank%d", e.Rank()), size)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +167,7 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = h.meet(ctx, h.links[i], uint64(page+i*rb), uint64(cap))
+			errs[i] = h.meet(ctx, h.links[i], setupMsg{ringOff: uint64(page + i*rb), ringCap: uint64(cap), collOff: uint64(collOff)})
 		}()
 	}
 	wg.Wait()
@@ -175,13 +184,16 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (
 	for _, l := range h.links {
 		l.p = e.Attach(l.rank, l)
 	}
+	if collOff != 0 {
+		h.coll = newColl(h, mem[collOff:collOff+collAreaSize])
+	}
 	h.live.Store(int32(len(h.links)))
 	e.AddPoller(h)
 	return h, nil
 }
 
 // meet runs the setup with one peer.
-func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
+func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 	uc := l.uc
 	if dl, ok := ctx.Deadline(); ok {
 		uc.SetDeadline(dl)
@@ -196,7 +208,7 @@ func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
 		return fail(err)
 	}
 	l.pid = pid
-	mine := setupMsg{ringOff: off, ringCap: cap, probe: uint64(shmem.ProbeAddr())}
+	mine.probe = uint64(shmem.ProbeAddr())
 	sent := make(chan error, 1)
 	go func() { sent <- shmem.SendFds(uc, mine.encode(), h.inbox.Fd()) }()
 	var buf [setupSize]byte
@@ -234,7 +246,16 @@ func (h *Hub) meet(ctx context.Context, l *link, off, cap uint64) error {
 	}
 	l.out = out
 	l.peerBell = shmem.NewBell((*uint32)(unsafe.Pointer(&pm[0])))
-	l.eager = int64(min(maxEager, int(theirs.ringCap)/8, int(cap)/8))
+	l.eager = int64(min(maxEager, int(theirs.ringCap)/8, int(mine.ringCap)/8))
+	if (theirs.collOff == 0) != (mine.collOff == 0) {
+		return fail(errors.New("the two ranks disagree on whether every rank is on this host"))
+	}
+	if mine.collOff != 0 {
+		if theirs.collOff%page != 0 || theirs.collOff > uint64(len(pm)) || uint64(len(pm))-theirs.collOff < collAreaSize {
+			return fail(fmt.Errorf("%w: at %d in a segment of %d", errNoArea, theirs.collOff, len(pm)))
+		}
+		l.coll = newArea(pm[theirs.collOff : theirs.collOff+collAreaSize])
+	}
 
 	// Single copy: can this rank read the peer's memory? Each side tells
 	// the other, so a sender offers its address only to a rank that can

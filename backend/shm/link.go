@@ -32,6 +32,7 @@ type link struct {
 	out      *shmem.Ring
 	peerBell shmem.Bell
 	peerSeg  *shmem.Segment
+	coll     collArea // the peer's collective area (Coll), in peerSeg
 	uc       *net.UnixConn
 	eager    int64
 	pull     bool // the peer can read this rank's memory: offer it large sends
@@ -329,6 +330,7 @@ func (l *link) finish() {
 		l.q = nil
 		l.nq.Store(0)
 		l.wmu.Unlock()
+		l.h.coll.wake()
 		l.h.linkDone()
 	})
 }

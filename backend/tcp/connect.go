@@ -278,6 +278,9 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 		l.start()
 	}
 	hub.Start()
+	if coll := hub.Coll(); coll != nil {
+		return &hostConn{Engine: e, coll: coll}, nil
+	}
 	return e, nil
 }
 
@@ -292,8 +295,8 @@ func setListenDeadline(ln net.Listener, dl time.Time) {
 // "shm" or "tcp". It reports on communicators made by this package's
 // drivers; for others it returns nil.
 func Peers(c backend.Conn) []string {
-	e, ok := c.(*engine.Engine)
-	if !ok {
+	e := engineOf(c)
+	if e == nil {
 		return nil
 	}
 	out := make([]string, e.Size())

@@ -7,8 +7,10 @@
 // It is registered as "tcp" (TCP between every pair) and "host" (shared
 // memory where it can, TCP elsewhere; COURIER_TRANSPORTS=tcp forces TCP);
 // programs reach it through package mp (COURIER_BACKEND), not directly.
-// New, which takes ready connections, is for tests and for transports
-// layered on other streams.
+// When every rank of a job is on one host, the host driver's communicator
+// also runs small collectives through shared memory (backend.Collectives,
+// hostconn.go; backend/shm's Coll). New, which takes ready connections, is
+// for tests and for transports layered on other streams.
 package tcp
 
 import (

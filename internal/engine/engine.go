@@ -70,6 +70,7 @@ func New(o Options) (*Engine, error) {
 	if e.linger <= 0 {
 		e.linger = DefaultLinger
 	}
+	engines.Add(1)
 	return e, nil
 }
 
@@ -101,6 +102,15 @@ func (e *Engine) Go(f func()) {
 	}()
 }
 
+// Err returns the error every operation fails with once Close or Abort
+// has begun, or nil.
+func (e *Engine) Err() error {
+	if err := e.dead.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
 // Closing reports whether Close has begun.
 func (e *Engine) Closing() bool { return e.closing.Load() }
 
@@ -121,6 +131,7 @@ func (e *Engine) Missing() error {
 // goroutines.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
+		engines.Add(-1)
 		e.closing.Store(true)
 		e.failAll(backend.ErrClosed)
 		dl := time.Now().Add(e.linger)

@@ -45,16 +45,21 @@ var allowed = map[string][]string{
 	// The host transports' matching engine sits on the contract.
 	"internal/engine": {"backend", "cuda"},
 
+	// The reduction kernels, over the contract's element types and
+	// operators: mp's collectives and the shared-memory ones combine with
+	// the same code.
+	"internal/reduce": {"backend"},
+
 	// The transports: the contract, the CUDA loader and the internal
 	// leaves; the host ones over the matching engine, tcp's Open joining
 	// the ranks of a host through backend/shm; nccl's host control channel
 	// is a tcp connection.
-	"backend/shm":  {"backend", "internal/engine", "internal/shm"},
+	"backend/shm":  {"backend", "internal/engine", "internal/reduce", "internal/shm"},
 	"backend/tcp":  {"backend", "backend/shm", "cuda", "internal/auth", "internal/engine", "internal/errs", "internal/netaddr", "internal/shm"},
 	"backend/nccl": {"backend", "backend/tcp", "cuda", "internal/auth", "internal/errs", "internal/netaddr"},
 
 	// What users import.
-	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/errs"},
+	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/errs", "internal/reduce"},
 
 	// On top: the test harnesses, the benchmarks, the command, the
 	// examples, and the test helpers.
@@ -76,6 +81,7 @@ var testOnly = map[string][]string{
 	"cuda":        {"backend"}, // the tests match backend's sentinels
 	"bootstrap":   {"internal/leakcheck"},
 	"backend/tcp": {"internal/leakcheck"},
+	"backend/shm": {"internal/conformance"}, // the thresholds lie in the suite's sweep
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "mp",

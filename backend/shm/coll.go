@@ -1,0 +1,339 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	shmem "github.com/courier-mp/courier/internal/shm"
+)
+
+// Coll runs small collectives through shared memory, for a communicator
+// whose ranks are all on this host: each rank copies its part into its
+// slot, every rank that needs it reads (and reduces) the slots straight
+// from the others' memory, and no message moves. It implements the
+// collectives of backend.Collectives that it takes (Bcast, Reduce,
+// Allreduce, Allgather of host buffers up to the sizes of colltune.go,
+// and Barrier) and answers backend.ErrSkip for the others.
+//
+// Memory: each rank's inbox ends with its collective area (collArea),
+// which the other ranks map with the inbox: a line with its sequence word
+// and the descriptors of what its slots hold, a line with the bell its
+// waiter sleeps on, and collSlots slots of collSlot bytes.
+//
+// The protocol, for the k-th collective of the communicator (every rank
+// counts alike; S = collSlots, slot k mod S):
+//
+//  1. A rank that writes (all of them; the root alone for Bcast) waits
+//     until every rank's sequence word is at least k−S+1, copies its send
+//     buffer into its slot k mod S, and stores the slot's descriptor.
+//  2. Every rank stores k in its sequence word and rings the others'
+//     bells: k says it has entered call k, its slot (if it writes) is
+//     filled, and it has finished reading every earlier call.
+//  3. A rank that reads (all of them; the non-roots for Bcast, the root
+//     for Reduce) waits until the sequence word of each rank it reads is
+//     at least k, checks that rank's descriptor against its own (a rank
+//     that calls another collective, type, count, operator or root makes
+//     ErrMismatch), and copies or reduces the slots, in rank order.
+//
+// A slot written in call k is overwritten in call k+S only, whose step 1
+// waits for every rank to reach k+1, that is, to have finished reading
+// call k. So a writer waits for readers only when it is S calls ahead: a
+// Bcast's root, a Reduce's non-roots, run up to S calls ahead of the
+// ranks that read them, as they would over buffered messages. A Barrier
+// is the protocol with no data: every rank publishes, and waits for every
+// other. An Allreduce combines the slots of ranks 0, 1, … N−1 in that
+// order on every rank, with internal/reduce's kernels, so every rank gets
+// the same bits.
+//
+// Waiting (collwait.go) polls the words for a while, giving the core away
+// when ranks outnumber cores, then sleeps on the rank's bell, which every
+// writer rings. A lost peer (the link's watcher), Close, Abort and the
+// caller's timeout end a wait.
+type Coll struct {
+	h     *Hub
+	rank  int
+	size  int
+	areas []collArea // by rank
+	peers []*link    // by rank; nil at this rank
+	seq   uint64     // collectives this rank has started here
+	fail  error      // a collective that failed: every later one fails with it
+	calls atomic.Int64
+
+	mu  sync.Mutex // serializes the request's progress (Wait, Test, Done's waiter)
+	req collReq
+
+	infoMu sync.Mutex // the request's state as Pending and Done see it
+}
+
+// collArea is one rank's collective area, as this rank sees it.
+type collArea struct {
+	seq  *atomic.Uint64            // the last call the rank entered
+	desc [collSlots]*atomic.Uint64 // what each slot holds (collDesc)
+	bell shmem.Bell                // the rank's waiter sleeps on it
+	slot [collSlots][]byte
+}
+
+// The layout of a collective area: its sequence word and descriptors on
+// one cache line (pair), its bell on the next, then the slots.
+const (
+	collLine     = 128 // a pair of cache lines: the adjacent-line prefetcher shares nothing
+	collSeqOff   = 0
+	collDescOff  = 8
+	collBellOff  = collLine
+	collSlotOff  = 2 * collLine
+	collAreaSize = (collSlotOff + collSlots*collSlot + page - 1) &^ (page - 1)
+)
+
+// The sequence word and the descriptors fit their line (a negative array
+// length does not compile).
+var _ [collLine - collDescOff - 8*collSlots]struct{}
+
+// newArea lays a collective area over mem (collAreaSize bytes, page
+// aligned, inside a mapped segment).
+func newArea(mem []byte) collArea {
+	word := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
+	a := collArea{seq: word(collSeqOff), bell: shmem.NewBell((*uint32)(unsafe.Pointer(&mem[collBellOff])))}
+	for b := range collSlots {
+		a.desc[b] = word(collDescOff + 8*b)
+		off := collSlotOff + b*collSlot
+		a.slot[b] = mem[off : off+collSlot : off+collSlot]
+	}
+	return a
+}
+
+// Coll returns the hub's shared-memory collectives, or nil when some rank
+// of the communicator is on another host (or the hub has no peers).
+func (h *Hub) Coll() *Coll { return h.coll }
+
+// Calls is the number of collectives this rank has run through shared
+// memory: tests check with it which path a collective took.
+func (c *Coll) Calls() int64 { return c.calls.Load() }
+
+// Collective implements backend.Collectives: it starts c through shared
+// memory when its kind, buffers and size are ones Coll takes (take, in
+// colltune.go), and returns an error matching backend.ErrSkip otherwise,
+// so that package mp runs it over point-to-point messages. Every rank
+// decides alike: the decision depends only on what every rank passes
+// alike (the kind, the element type, the send count, the number of ranks).
+//
+// The request's Wait does the work; Collective itself never blocks.
+func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
+	if c == nil || !take(co, c.size) {
+		return nil, backend.ErrSkip
+	}
+	if c.fail != nil {
+		return nil, c.fail
+	}
+	if err := c.h.e.Err(); err != nil {
+		return nil, err
+	}
+	r := &c.req
+	c.infoMu.Lock()
+	defer c.infoMu.Unlock()
+	if r.busy {
+		return nil, fmt.Errorf("%w: a shared-memory collective started while another is under way (one at a time per communicator)", backend.ErrInvalid)
+	}
+	c.seq++
+	*r = collReq{c: c, co: co, k: c.seq, desc: collDesc(co), busy: true, waitFor: -1}
+	c.calls.Add(1)
+	return r, nil
+}
+
+// collDesc packs what every rank must pass alike into one word: the kind,
+// operator, element type, root and send size.
+func collDesc(co backend.Coll) uint64 {
+	d := uint64(co.Kind) | uint64(co.Send.Type)<<16 | uint64(co.Send.Len())<<40
+	if co.Kind.Reduces() {
+		d |= uint64(co.Op) << 8
+	}
+	if co.Kind.Rooted() {
+		d |= uint64(co.Root&0xffff) << 24
+	}
+	return d
+}
+
+// sayDesc describes a packed descriptor, for ErrMismatch.
+func sayDesc(d uint64) string {
+	kind, op, typ := backend.CollKind(d&0xff), backend.ReduceOp(d>>8&0xff), backend.DType(d>>16&0xff)
+	s := fmt.Sprintf("%v of %d bytes of %v", kind, d>>40, typ)
+	if kind.Reduces() {
+		s += " with " + op.String()
+	}
+	if kind.Rooted() {
+		s += fmt.Sprintf(" (root %d)", d>>24&0xffff)
+	}
+	return s
+}
+
+// Pending describes the shared-memory collective under way, if any, for
+// the report of a wait that timed out: the collective's name as Op and
+// the rank it waits for as Peer.
+func (c *Coll) Pending() (backend.OpInfo, bool) {
+	if c == nil {
+		return backend.OpInfo{}, false
+	}
+	c.infoMu.Lock()
+	defer c.infoMu.Unlock()
+	r := &c.req
+	if !r.busy || r.finished {
+		return backend.OpInfo{}, false
+	}
+	return backend.OpInfo{Op: r.co.Kind.String() + " (shared memory)", Peer: r.waitFor, Tag: -1,
+		Count: r.co.Send.Count, Type: r.co.Send.Type, Caller: r.co.Caller}, true
+}
+
+// collReq is the request of the collective under way; a Coll has one,
+// reused, so a collective allocates nothing.
+type collReq struct {
+	c       *Coll
+	co      backend.Coll
+	k       uint64 // its number: the value of the sequence words it waits for
+	desc    uint64
+	phase   uint8
+	waitFor int // the rank it waits for (-1: none yet)
+
+	// Under c.infoMu:
+	busy     bool // handed out and not yet released
+	finished bool
+	err      error
+	doneCh   chan struct{}
+}
+
+// The phases of a collective (step).
+const (
+	phaseWrite = iota // step 1 and 2: fill the slot, publish
+	phaseRead         // step 3: read the others' slots
+	phaseDone
+)
+
+// Test implements backend.Request: one attempt to advance, without
+// waiting.
+func (r *collReq) Test() (bool, backend.Status, error) {
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.phase != phaseDone {
+		c.attempt(r)
+	}
+	if r.phase != phaseDone {
+		return false, backend.Status{}, nil
+	}
+	return true, backend.Status{}, r.err
+}
+
+// Wait implements backend.Request: it waits for the other ranks' parts,
+// bounded by timeout (if positive), and does this rank's.
+func (r *collReq) Wait(timeout time.Duration) (backend.Status, error) {
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.phase != phaseDone {
+		if err := c.await(r, timeout); err != nil {
+			return backend.Status{}, err
+		}
+	}
+	return backend.Status{}, r.err
+}
+
+// Done implements backend.Request. The first call starts a goroutine that
+// waits for the collective, since nothing else advances it.
+func (r *collReq) Done() <-chan struct{} {
+	c := r.c
+	c.infoMu.Lock()
+	defer c.infoMu.Unlock()
+	if r.doneCh == nil {
+		r.doneCh = make(chan struct{})
+		if r.finished {
+			close(r.doneCh)
+		} else {
+			k := r.k
+			go func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if r.k == k && r.phase != phaseDone {
+					c.await(r, 0)
+				}
+			}()
+		}
+	}
+	return r.doneCh
+}
+
+// Release implements backend.Request: the request may be handed out
+// again, once it has completed.
+func (r *collReq) Release() {
+	c := r.c
+	c.infoMu.Lock()
+	defer c.infoMu.Unlock()
+	if r.finished {
+		r.busy = false
+	}
+}
+
+// end completes r with err (nil: success); a failure is the Coll's from
+// now on, since the ranks' sequence words no longer agree.
+func (c *Coll) end(r *collReq, err error) {
+	r.phase = phaseDone
+	if err != nil && c.fail == nil {
+		c.fail = err
+	}
+	c.infoMu.Lock()
+	r.err, r.finished = err, true
+	if r.doneCh != nil {
+		close(r.doneCh)
+	}
+	c.infoMu.Unlock()
+}
+
+// down returns why r cannot go on, or nil: the communicator is closed or
+// aborted, or the rank r waits for is lost (a rank that closed, or died,
+// after it did its part of r holds nothing up).
+func (c *Coll) down(r *collReq) error {
+	if err := c.h.e.Err(); err != nil {
+		return err
+	}
+	if j := r.waitFor; j >= 0 && j < c.size && c.peers[j] != nil {
+		return c.peers[j].p.Down()
+	}
+	return nil
+}
+
+// errCollClosed is the error of a collective whose memory is being
+// unmapped, when no peer's loss says more.
+var errCollClosed = fmt.Errorf("%w: the shared-memory transport has ended", backend.ErrClosed)
+
+// collMismatch is the error of a rank whose call differs from this one's.
+func collMismatch(rank int, theirs, mine uint64) error {
+	return fmt.Errorf("%w: rank %d called %s where this rank called %s (every rank must call the same collectives, alike)",
+		backend.ErrMismatch, rank, sayDesc(theirs), sayDesc(mine))
+}
+
+// errNoArea: a peer's segment has no room for the collective area it
+// announced.
+var errNoArea = errors.New("collective area outside the segment")
+
+// newColl makes the collectives of h, whose inbox holds this rank's area
+// in mine and whose links hold the others'.
+func newColl(h *Hub, mine []byte) *Coll {
+	size := h.e.Size()
+	c := &Coll{h: h, rank: h.e.Rank(), size: size, areas: make([]collArea, size), peers: make([]*link, size)}
+	c.areas[c.rank] = newArea(mine)
+	for _, l := range h.links {
+		c.areas[l.rank], c.peers[l.rank] = l.coll, l
+	}
+	return c
+}
+
+// wake rings this rank's own bell, so that a collective's waiter sleeping
+// on it looks again: a link has ended.
+func (c *Coll) wake() {
+	if c != nil && c.h.enter() {
+		c.areas[c.rank].bell.Ring()
+		c.h.exit()
+	}
+}

@@ -1,0 +1,131 @@
+package shm
+
+import (
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/reduce"
+)
+
+// attempt advances r once, without waiting, inside the hub (its memory
+// stays mapped meanwhile); under c.mu.
+func (c *Coll) attempt(r *collReq) {
+	if !c.h.enter() {
+		c.end(r, c.closedErr(r))
+		return
+	}
+	c.step(r)
+	c.h.exit()
+}
+
+// closedErr is the error of a collective that finds the transport ended.
+func (c *Coll) closedErr(r *collReq) error {
+	if err := c.down(r); err != nil {
+		return err
+	}
+	return errCollClosed
+}
+
+// step advances r through the protocol (Coll's doc) as far as it can
+// without waiting, and reports whether r is done; otherwise r.waitFor is
+// the rank it waits for. Under c.mu, inside the hub.
+func (c *Coll) step(r *collReq) bool {
+	me := &c.areas[c.rank]
+	b := r.k % collSlots
+	if r.phase == phaseWrite {
+		if writes(&r.co, c.rank) {
+			for j := range c.areas {
+				if j != c.rank && c.areas[j].seq.Load()+collSlots <= r.k {
+					r.waitFor = j
+					return false
+				}
+			}
+			copy(me.slot[b], r.co.Send.Bytes())
+			me.desc[b].Store(r.desc)
+		}
+		me.seq.Store(r.k)
+		for j := range c.areas {
+			if j != c.rank {
+				c.areas[j].bell.Ring()
+			}
+		}
+		r.phase = phaseRead
+	}
+	if r.phase != phaseRead {
+		return true
+	}
+	lo, hi := readRange(&r.co, c.rank, c.size)
+	for j := lo; j < hi; j++ {
+		if j != c.rank && c.areas[j].seq.Load() < r.k {
+			r.waitFor = j
+			return false
+		}
+	}
+	for j := lo; j < hi; j++ {
+		if d := c.areas[j].desc[b].Load(); d != r.desc && j != c.rank {
+			c.end(r, collMismatch(j, d, r.desc))
+			return true
+		}
+	}
+	c.finish(r, b)
+	c.end(r, nil)
+	return true
+}
+
+// writes reports whether rank fills its slot in co: every rank but a
+// Bcast's non-roots (a Barrier's slot holds its descriptor alone, which
+// the others check).
+func writes(co *backend.Coll, rank int) bool {
+	return co.Kind != backend.Bcast || rank == co.Root
+}
+
+// readRange is the ranks whose slots rank reads (or, for a Barrier,
+// whose arrival it waits for) in co, lo to hi−1: every rank for
+// Allreduce, Allgather and Barrier, the root for a Bcast's non-roots,
+// every rank for a Reduce's root, none otherwise.
+func readRange(co *backend.Coll, rank, size int) (lo, hi int) {
+	switch co.Kind {
+	case backend.Allreduce, backend.Allgather, backend.Barrier:
+		return 0, size
+	case backend.Bcast:
+		if rank != co.Root {
+			return co.Root, co.Root + 1
+		}
+	case backend.Reduce:
+		if rank == co.Root {
+			return 0, size
+		}
+	}
+	return 0, 0
+}
+
+// finish does this rank's part once the slots it reads are filled:
+// Allreduce and a Reduce's root combine every slot, in rank order, into
+// Recv; Allgather copies each slot into its block of Recv; a Bcast's
+// non-root copies the root's slot.
+func (c *Coll) finish(r *collReq, b uint64) {
+	co := &r.co
+	switch co.Kind {
+	case backend.Allreduce, backend.Reduce:
+		if co.Kind == backend.Reduce && c.rank != co.Root {
+			return
+		}
+		slot := func(j int) backend.Buffer {
+			return backend.Buffer{Ptr: unsafe.Pointer(unsafe.SliceData(c.areas[j].slot[b])), Count: co.Send.Count, Type: co.Send.Type, Mem: backend.Host}
+		}
+		reduce.Combine(co.Recv, slot(0), slot(1), co.Op)
+		for j := 2; j < c.size; j++ {
+			reduce.Combine(co.Recv, co.Recv, slot(j), co.Op)
+		}
+	case backend.Allgather:
+		n := int(co.Send.Len())
+		recv := co.Recv.Bytes()
+		for j := range c.size {
+			copy(recv[j*n:(j+1)*n], c.areas[j].slot[b][:n])
+		}
+	case backend.Bcast:
+		if c.rank != co.Root {
+			copy(co.Recv.Bytes(), c.areas[co.Root].slot[b][:co.Recv.Len()])
+		}
+	}
+}

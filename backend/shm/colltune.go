@@ -1,0 +1,92 @@
+package shm
+
+import "github.com/courier-mp/courier/backend"
+
+// Which collectives run through shared memory (Coll), and up to what
+// size: every threshold in one table, chosen by measurement (courier
+// bench -coll over the host backend, shared memory against mp's
+// point-to-point algorithms over the same transport; the figures, the
+// commands and how to measure again are in docs/benchmarks.md,
+// "Collectives through shared memory").
+//
+// Each table has rows of a rank count and a size: for communicators of at
+// most ranks ranks (the first row that fits), a collective whose part per
+// rank (the send buffer: Allreduce's and Reduce's, Bcast's buffer,
+// Allgather's block) has at most bytes bytes runs through shared memory.
+var (
+	// collAllreduce: every rank combines every slot, N−1 passes over the
+	// buffer where recursive doubling makes log2 N: from 16–32 KiB the
+	// redundant work costs more than the messages it saves.
+	collAllreduce = []collPoint{{2, 8 << 10}, {4, 16 << 10}, {anyRanks, 8 << 10}}
+	// collReduce: Allreduce's table (bench has no Reduce): the root does
+	// an Allreduce's work, the other ranks only copy in.
+	collReduce = collAllreduce
+	// collBcast: ahead of the binomial tree at every size a slot holds,
+	// 3–10 times at 16–64 KiB.
+	collBcast = []collPoint{{anyRanks, collSlot}}
+	// collAllgather: ahead from 4 ranks at every size a slot holds (3–8
+	// times); on 2 ranks the single exchange wins from 8 KiB per rank.
+	collAllgather = []collPoint{{2, 4 << 10}, {anyRanks, collSlot}}
+)
+
+// collSlot is the capacity of one slot of a rank's collective area: no
+// table may go beyond it. collSlots is how many slots a rank has, so how
+// many calls a writer may run ahead of its readers (Coll's doc), as
+// buffered messages let a loop of Bcasts or Reduces overlap.
+const (
+	collSlot  = 64 << 10
+	collSlots = 8
+)
+
+// anyRanks is the rank count of a table's last row.
+const anyRanks = 1<<31 - 1
+
+// collPoint is one row of a table: at most ranks ranks, at most bytes
+// bytes per rank.
+type collPoint struct {
+	ranks int
+	bytes int64
+}
+
+// take reports whether co runs through shared memory on size ranks: its
+// kind has a table, its buffers are host memory, and its part per rank is
+// within the table's size.
+func take(co backend.Coll, size int) bool {
+	if co.Send.Mem != backend.Host || co.Recv.Mem != backend.Host {
+		return false
+	}
+	var t []collPoint
+	switch co.Kind {
+	case backend.Allreduce:
+		t = collAllreduce
+	case backend.Reduce:
+		t = collReduce
+	case backend.Bcast:
+		t = collBcast
+	case backend.Allgather:
+		t = collAllgather
+	case backend.Barrier:
+		return true
+	default:
+		return false
+	}
+	n := co.Send.Len()
+	for _, row := range t {
+		if size <= row.ranks {
+			return n <= min(row.bytes, collSlot)
+		}
+	}
+	return false
+}
+
+// CollThresholds lists every size of the tables, for the test that checks
+// the conformance suite tries sizes on both sides of each.
+func CollThresholds() []int64 {
+	var all []int64
+	for _, t := range [][]collPoint{collAllreduce, collReduce, collBcast, collAllgather} {
+		for _, row := range t {
+			all = append(all, row.bytes)
+		}
+	}
+	return all
+}

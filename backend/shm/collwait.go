@@ -1,0 +1,72 @@
+package shm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/engine"
+)
+
+// collNap bounds one sleep of a collective's waiter on its bell: a
+// backstop, since every writer rings the bells, and a lost peer or the
+// end of the transport rings this rank's too (link.finish).
+const collNap = 10 * time.Millisecond
+
+// await advances r until it is done, a peer is lost, the communicator
+// ends (every one of these completes r), or timeout (if positive) passes
+// (r stays pending and await returns an error matching ErrTimeout);
+// under c.mu.
+//
+// It polls the other ranks' words for engine.SpinBudget, pausing between
+// polls as the engine's waiters do (giving the core away when ranks
+// outnumber cores, so a rank never spins while the rank it waits for
+// cannot run), then sleeps on this rank's bell, which the writers ring.
+func (c *Coll) await(r *collReq, timeout time.Duration) error {
+	if !c.h.enter() {
+		c.end(r, c.closedErr(r))
+		return nil
+	}
+	defer c.h.exit()
+	bell := c.areas[c.rank].bell
+	start := time.Now()
+	spinUntil := start.Add(engine.SpinBudget)
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = start.Add(timeout)
+	}
+	for i := 0; ; i++ {
+		if c.step(r) {
+			return nil
+		}
+		if i&15 != 15 {
+			c.h.e.SpinPause(i)
+			continue
+		}
+		if err := c.down(r); err != nil {
+			c.end(r, err)
+			return nil
+		}
+		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return fmt.Errorf("%w after %v (a shared-memory %v waiting for rank %d)", backend.ErrTimeout, timeout, r.co.Kind, r.waitFor)
+		}
+		if now.Before(spinUntil) {
+			c.h.e.SpinPause(i)
+			continue
+		}
+		nap := collNap
+		if !deadline.IsZero() {
+			nap = min(nap, deadline.Sub(now))
+		}
+		v := bell.Arm()
+		if c.step(r) {
+			bell.Disarm()
+			return nil
+		}
+		bell.Sleep(v, nap)
+		if bell.Armed() {
+			bell.Disarm()
+		}
+	}
+}
