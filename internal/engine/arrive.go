@@ -113,7 +113,7 @@ func (p *Peer) onEager(h *Header, src Source) error {
 		r.complete(env.status(), err)
 		return nil
 	}
-	m := &message{envelope: env, kind: KindEager}
+	m := newMessage(message{envelope: env, kind: KindEager})
 	if n > 0 {
 		m.data = getBuf(int(n))
 	}
@@ -129,6 +129,7 @@ func (p *Peer) onEager(h *Header, src Source) error {
 		e.removeUnexpected(m)
 		e.mu.Unlock()
 		putBuf(m.data)
+		freeMessage(m)
 		if r != nil {
 			r.complete(env.status(), p.lossError(err))
 		}
@@ -139,6 +140,7 @@ func (p *Peer) onEager(h *Header, src Source) error {
 	if r != nil {
 		e.deliver(r, &m.envelope, m.data)
 		putBuf(m.data)
+		freeMessage(m)
 	}
 	return nil
 }
@@ -158,7 +160,7 @@ func (p *Peer) onRTS(h *Header) error {
 		e.acceptRTS(r, &env, h.SID, h.Addr, pull) // unlocks
 		return nil
 	}
-	e.unexpected = append(e.unexpected, &message{envelope: env, kind: KindRTS, sid: h.SID, addr: h.Addr, pull: pull})
+	e.unexpected = append(e.unexpected, newMessage(message{envelope: env, kind: KindRTS, sid: h.SID, addr: h.Addr, pull: pull}))
 	e.mu.Unlock()
 	return nil
 }

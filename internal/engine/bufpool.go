@@ -57,6 +57,23 @@ func putBuf(b []byte) {
 	bufPools[c].Put(p)
 }
 
+// Unexpected messages come from a pool too: one is taken when a message
+// arrives before its receive, and given back when a receive has taken it.
+var messagePool = sync.Pool{New: func() any { return new(message) }}
+
+// newMessage returns a message holding m's fields.
+func newMessage(m message) *message {
+	p := messagePool.Get().(*message)
+	*p = m
+	return p
+}
+
+// freeMessage gives m back; nothing may use it afterwards.
+func freeMessage(m *message) {
+	*m = message{}
+	messagePool.Put(m)
+}
+
 // GetBuf returns a buffer of length n from the engine's pools, for a link
 // that must keep a copy of a payload (PutBuf it when done).
 func GetBuf(n int) []byte { return getBuf(n) }

@@ -43,10 +43,12 @@ func (e *Engine) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (bac
 	switch {
 	case m.kind == KindRTS:
 		e.acceptRTS(r, &m.envelope, m.sid, m.addr, m.pull) // unlocks
+		freeMessage(m)
 	case m.ready:
 		e.mu.Unlock()
 		e.deliver(r, &m.envelope, m.data)
 		putBuf(m.data)
+		freeMessage(m)
 	default:
 		// The payload is still being read; the reader delivers it.
 		m.recv = r

@@ -80,7 +80,7 @@ func (e *Engine) sendSelf(r *request) error {
 		r.complete(e.sendStatus(r), nil)
 		return nil
 	}
-	m := &message{envelope: env, kind: KindEager, ready: true}
+	m := newMessage(message{envelope: env, kind: KindEager, ready: true})
 	if n := r.buf.Len(); n > 0 {
 		m.data = getBuf(int(n))
 		copy(m.data, r.buf.Bytes())
