@@ -11,38 +11,47 @@ import (
 var engines atomic.Int32
 
 // SpinBudget bounds how long a goroutine in Wait polls the engine's
-// pollable transports before it parks. Waking a parked thread costs tens
-// of microseconds on virtual machines (docs/benchmarks.md, "Host path");
-// a ping-pong's reply comes back well within the budget, so it is taken
-// without a wake-up. It is spent in full only by a wait for a message that
-// is late, on a core the rank would otherwise leave idle.
+// pollable transports without finding anything to do before it parks.
+// Waking a parked thread costs tens of microseconds on virtual machines
+// (docs/benchmarks.md, "Host path"); a ping-pong's reply comes back well
+// within the budget, so it is taken without a wake-up. A poll that moves
+// something (a large message's chunks, in either direction) starts the
+// budget again, so a waiter keeps a transfer going rather than leaving
+// each chunk to a goroutine that must be woken. It is spent in full only
+// by a wait for a message that is late, on a core the rank would
+// otherwise leave idle.
 const SpinBudget = 200 * time.Microsecond
 
 // spin polls the engine's transports from the waiting goroutine until r is
-// done, the budget is spent, or timeout (if positive) passes. When ranks
-// outnumber cores it gives the core away between polls, so a rank never
-// spins while the rank it waits for cannot run.
+// done, the budget passes with nothing to do, or timeout (if positive)
+// passes. When ranks outnumber cores it gives the core away between
+// polls, so a rank never spins while the rank it waits for cannot run.
 func (e *Engine) spin(r *request, timeout time.Duration) {
-	budget := SpinBudget
-	if timeout > 0 && timeout < budget {
-		budget = timeout
-	}
 	for _, p := range e.pollers {
 		p.SpinStart()
 	}
-	var start time.Time
+	var begin, idle time.Time
+	active := false
 	for i := 0; ; i++ {
 		for _, p := range e.pollers {
-			p.Poll()
+			if p.Poll() {
+				active = true
+			}
 		}
 		if r.isDone() {
 			break
 		}
 		e.SpinPause(i)
 		if i&15 == 0 {
+			now := time.Now()
 			if i == 0 {
-				start = time.Now()
-			} else if time.Since(start) > budget {
+				begin, idle = now, now
+			} else if timeout > 0 && now.Sub(begin) > timeout {
+				break
+			}
+			if active {
+				idle, active = now, false
+			} else if now.Sub(idle) > SpinBudget {
 				break
 			}
 		}
@@ -57,7 +66,6 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 // away (sched_yield), so a rank never spins while the rank it waits for
 // cannot run; otherwise it lets the runtime schedule other goroutines
 // every 64 polls. The shared-memory collectives wait the same way.
-
 func (e *Engine) SpinPause(i int) {
 	if e.yield {
 		// Ranks of one process (goroutines, as tests run them) need this
