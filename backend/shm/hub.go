@@ -20,7 +20,7 @@ import (
 // bell is disarmed, so senders make no system call and the progress
 // goroutine is not woken per message.
 type Hub struct {
-	single   bool // Options.Copy is CopySingle
+	copy     Copy // Options.Copy
 	e        *engine.Engine
 	inbox    *shmem.Segment
 	bell     shmem.Bell

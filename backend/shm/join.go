@@ -45,11 +45,18 @@ const setupMagic = "CSM2"
 type Copy uint8
 
 const (
-	// CopyPipelined, the default: the sender writes the payload into the
-	// ring in chunks while the receiver copies them out (two copies,
-	// pipelined, both processes copying at once, each chunk still in
-	// cache when it is read).
-	CopyPipelined Copy = iota
+	// CopyAuto, the default: a user's message moves pipelined, a
+	// collective's single where the kernel allows it. A point-to-point
+	// sender usually waits for its send, so two processes copying at once
+	// is fastest; in a collective every rank sends and receives at once,
+	// so the copy that costs each rank least is (docs/benchmarks.md, "The
+	// large-message copy").
+	CopyAuto Copy = iota
+	// CopyPipelined: the sender writes the payload into the ring in
+	// chunks while the receiver copies them out (two copies, pipelined,
+	// both processes copying at once, each chunk still in cache when it
+	// is read).
+	CopyPipelined
 	// CopySingle: the receiver copies the payload straight out of the
 	// sender's memory (process_vm_readv, one copy, one process copying),
 	// where the kernel allows it, and pipelined where it does not.
@@ -57,27 +64,32 @@ const (
 )
 
 // CopyEnv is the environment variable that chooses the copy of large
-// messages: "pipelined" (the default) or "single".
+// messages: "auto" (the default), "pipelined" or "single".
 const CopyEnv = "COURIER_SHM_COPY"
+
+var copyNames = [...]string{CopyAuto: "auto", CopyPipelined: "pipelined", CopySingle: "single"}
 
 // ParseCopy reads a value of CopyEnv; "" is the default. Anything else is
 // an error that names the choices.
 func ParseCopy(v string) (Copy, error) {
-	switch strings.TrimSpace(v) {
-	case "", "pipelined":
-		return CopyPipelined, nil
-	case "single":
-		return CopySingle, nil
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return CopyAuto, nil
 	}
-	return 0, fmt.Errorf("%w: %s=%q: want pipelined or single", backend.ErrInvalid, CopyEnv, v)
+	for c, name := range copyNames {
+		if v == name {
+			return Copy(c), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s=%q: want auto, pipelined or single", backend.ErrInvalid, CopyEnv, v)
 }
 
 // String is the mode's name, as CopyEnv spells it.
 func (c Copy) String() string {
-	if c == CopySingle {
-		return "single"
+	if int(c) < len(copyNames) {
+		return copyNames[c]
 	}
-	return "pipelined"
+	return fmt.Sprintf("copy(%d)", uint8(c))
 }
 
 // Options are Join's choices.
@@ -134,7 +146,7 @@ func ringCap(n int) int {
 // area (Coll). The sockets stay open: their end tells that a peer is gone.
 // The hub's goroutines start with Start.
 func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (*Hub, error) {
-	h := &Hub{e: e, stop: make(chan struct{}), single: opts.Copy == CopySingle}
+	h := &Hub{e: e, stop: make(chan struct{}), copy: opts.Copy}
 	if len(locals) == 0 {
 		return h, nil
 	}
@@ -261,7 +273,7 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 	// the other, so a sender offers its address only to a rank that can
 	// read it.
 	canRead := byte(0)
-	if h.single && shmem.CanReadFrom(pid, uintptr(theirs.probe)) == nil {
+	if h.copy != CopyPipelined && shmem.CanReadFrom(pid, uintptr(theirs.probe)) == nil {
 		canRead = 1
 	}
 	l.read.Store(canRead == 1)
@@ -273,6 +285,7 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 		return fail(err)
 	}
 	l.pull = ans[0] == 1
+	l.copy = h.copy
 	return nil
 }
 

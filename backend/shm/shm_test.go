@@ -128,10 +128,10 @@ func TestSizes(t *testing.T) {
 	exchange(t, e, sizes)
 }
 
-// TestTwoCopies: by default a large message goes through the ring in
-// DATA chunks, the sender's writer waiting for room.
+// TestTwoCopies: with CopyPipelined a large message goes through the ring
+// in DATA chunks, the sender's writer waiting for room.
 func TestTwoCopies(t *testing.T) {
-	e, h := pair(t)
+	e, h := pairCopy(t, CopyPipelined)
 	require.False(t, h[0].links[0].pull)
 	require.False(t, h[1].links[0].pull)
 	exchange(t, e, []int{maxEager + 1, 3 << 20, 20 << 20})
@@ -148,8 +148,21 @@ func TestSingleCopy(t *testing.T) {
 	exchange(t, e, []int{maxEager + 1, 3 << 20, 20 << 20})
 }
 
+// TestCopyAuto: by default a user's large message is offered pipelined
+// and a collective's (a negative tag) to be pulled, where the peer can
+// read this rank's memory; both arrive whole.
+func TestCopyAuto(t *testing.T) {
+	e, h := pair(t)
+	buf := make([]byte, 1<<20)
+	_, ok := h[0].links[0].PullAddr(buf, 3)
+	assert.False(t, ok, "a user's message is offered for pulling")
+	_, ok = h[0].links[0].PullAddr(buf, -3)
+	assert.Equal(t, h[1].links[0].read.Load(), ok, "a collective's message: offered for pulling when the peer can read")
+	exchange(t, e, []int{maxEager + 1, 3 << 20})
+}
+
 func TestParseCopy(t *testing.T) {
-	for v, want := range map[string]Copy{"": CopyPipelined, "pipelined": CopyPipelined, " single ": CopySingle} {
+	for v, want := range map[string]Copy{"": CopyAuto, "auto": CopyAuto, "pipelined": CopyPipelined, " single ": CopySingle} {
 		c, err := ParseCopy(v)
 		require.NoError(t, err, v)
 		assert.Equal(t, want, c, v)

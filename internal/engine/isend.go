@@ -114,7 +114,7 @@ func (p *Peer) sendRTS(r *request) error {
 	h := &r.hdr
 	*h = Header{Kind: KindRTS, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, SID: r.id}
 	if p.puller != nil {
-		if addr, ok := p.puller.PullAddr(r.buf.Bytes()); ok {
+		if addr, ok := p.puller.PullAddr(r.buf.Bytes(), r.tag); ok {
 			h.Flags |= RTSPull
 			h.Addr = addr
 		}

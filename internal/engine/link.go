@@ -54,9 +54,10 @@ func (j *Job) CTS() Header {
 // the payload's address in the RTS (RTSPull, Addr); the receiver pulls it
 // and answers CTSDone.
 type Puller interface {
-	// PullAddr returns the address the peer should read buf at, and
-	// whether this link pulls at all.
-	PullAddr(buf []byte) (uint64, bool)
+	// PullAddr returns the address the peer should read buf, a message
+	// with tag, at, and whether this link offers it to be pulled (tags
+	// below 0 are the library's own messages: collectives).
+	PullAddr(buf []byte, tag int) (uint64, bool)
 	// Pull copies len(dst) bytes from the peer's memory at addr. An error
 	// matching ErrNotSupported makes the engine fall back to CTS and DATA.
 	Pull(dst []byte, addr uint64) error
