@@ -5,7 +5,7 @@ package mp
 // both sides of each.
 func CollThresholds() []int64 {
 	var all []int64
-	for _, t := range [][]switchPoint{allreduceRD, allreduceTree, allgatherSmall, reduceScatterSmall} {
+	for _, t := range [][]switchPoint{allreduceRD, allreduceTree, allgatherSmall, reduceScatterSmall, scanRD} {
 		for _, row := range t {
 			all = append(all, row.bytes)
 		}

@@ -29,7 +29,13 @@ var (
 	// reduceScatterSmall: recursive doubling of the whole buffer, each
 	// rank keeping its block, below; ring from there.
 	reduceScatterSmall = []switchPoint{{2, 16 << 10}, {4, 16 << 10}, {anyRanks, 32 << 10}}
+	// scanRD: Scan and Exscan by recursive doubling below, along a
+	// chain of ranks in pieces of chainPiece bytes from there.
+	scanRD = []switchPoint{{2, 0}, {anyRanks, 64 << 10}}
 )
+
+// chainPiece is the size of the pieces a chain (Scan's) passes on.
+const chainPiece = 64 << 10
 
 // anyRanks is the rank count of a table's last row.
 const anyRanks = 1<<31 - 1
