@@ -48,6 +48,7 @@ func TestCollGatherScatter(t *testing.T) {
 				runMem(t, p, func(c *Comm) error {
 					r := c.rank
 					what := fmt.Sprintf("%d ranks, %d elements, root %d", p, n, root)
+					var fail error // a wrong result: the rank goes on, so that the others do not wait
 					send := vwords(uint64(r), n)
 					var all []uint64
 					if r == root {
@@ -58,8 +59,8 @@ func TestCollGatherScatter(t *testing.T) {
 					}
 					if r == root {
 						for k := range p {
-							if !slices.Equal(all[k*n:(k+1)*n], vwords(uint64(k), n)) {
-								return fmt.Errorf("Gather, %s: rank %d's block is wrong", what, k)
+							if !slices.Equal(all[k*n:(k+1)*n], vwords(uint64(k), n)) && fail == nil {
+								fail = fmt.Errorf("Gather, %s: rank %d's block is wrong", what, k)
 							}
 						}
 					}
@@ -75,10 +76,10 @@ func TestCollGatherScatter(t *testing.T) {
 					if err := Scatter(c, from, got, root); err != nil {
 						return fmt.Errorf("Scatter, %s: %w", what, err)
 					}
-					if !slices.Equal(got, vwords(uint64((r+1)%p), n)) {
-						return fmt.Errorf("Scatter, %s: this rank's block is wrong", what)
+					if !slices.Equal(got, vwords(uint64((r+1)%p), n)) && fail == nil {
+						fail = fmt.Errorf("Scatter, %s: this rank's block is wrong", what)
 					}
-					return nil
+					return fail
 				})
 			}
 		}
@@ -97,6 +98,7 @@ func TestCollGathervScatterv(t *testing.T) {
 				runMem(t, p, func(c *Comm) error {
 					r := c.rank
 					what := fmt.Sprintf("%d ranks, counts %v, root %d", p, counts, root)
+					var fail error // as in TestCollGatherScatter
 					var all []uint64
 					var cs []int
 					if r == root {
@@ -108,8 +110,8 @@ func TestCollGathervScatterv(t *testing.T) {
 					if r == root {
 						at := 0
 						for k, n := range counts {
-							if !slices.Equal(all[at:at+n], vwords(uint64(k), n)) {
-								return fmt.Errorf("Gatherv, %s: rank %d's block is wrong", what, k)
+							if !slices.Equal(all[at:at+n], vwords(uint64(k), n)) && fail == nil {
+								fail = fmt.Errorf("Gatherv, %s: rank %d's block is wrong", what, k)
 							}
 							at += n
 						}
@@ -120,10 +122,10 @@ func TestCollGathervScatterv(t *testing.T) {
 						return fmt.Errorf("Scatterv, %s: %w", what, err)
 					}
 					want := vwords(99, total)[sumTo(counts, r) : sumTo(counts, r)+counts[r]]
-					if !slices.Equal(got, want) {
-						return fmt.Errorf("Scatterv, %s: this rank's block is wrong", what)
+					if !slices.Equal(got, want) && fail == nil {
+						fail = fmt.Errorf("Scatterv, %s: this rank's block is wrong", what)
 					}
-					return nil
+					return fail
 				})
 			}
 		}
@@ -185,6 +187,7 @@ func TestCollAllgathervAndAlltoallv(t *testing.T) {
 			runMem(t, p, func(c *Comm) error {
 				r := c.rank
 				total := sumTo(counts, p)
+				var fail error // as in TestCollGatherScatter
 				for _, inPlace := range []bool{false, true} {
 					recv := make([]uint64, total)
 					send := vwords(uint64(r), counts[r])
@@ -196,8 +199,8 @@ func TestCollAllgathervAndAlltoallv(t *testing.T) {
 						return fmt.Errorf("Allgatherv, counts %v: %w", counts, err)
 					}
 					for k := range p {
-						if at := sumTo(counts, k); !slices.Equal(recv[at:at+counts[k]], vwords(uint64(k), counts[k])) {
-							return fmt.Errorf("Allgatherv, counts %v, in place %v: rank %d's block is wrong", counts, inPlace, k)
+						if at := sumTo(counts, k); !slices.Equal(recv[at:at+counts[k]], vwords(uint64(k), counts[k])) && fail == nil {
+							fail = fmt.Errorf("Allgatherv, counts %v, in place %v: rank %d's block is wrong", counts, inPlace, k)
 						}
 					}
 				}
@@ -212,11 +215,11 @@ func TestCollAllgathervAndAlltoallv(t *testing.T) {
 					return fmt.Errorf("Alltoallv: %w", err)
 				}
 				for j := range p {
-					if at := sumTo(rc, j); !slices.Equal(recv[at:at+rc[j]], vwords(uint64(1000*j+r), rc[j])) {
-						return fmt.Errorf("Alltoallv: the block from rank %d is wrong", j)
+					if at := sumTo(rc, j); !slices.Equal(recv[at:at+rc[j]], vwords(uint64(1000*j+r), rc[j])) && fail == nil {
+						fail = fmt.Errorf("Alltoallv: the block from rank %d is wrong", j)
 					}
 				}
-				return nil
+				return fail
 			})
 		}
 	}
