@@ -16,3 +16,15 @@ func CollThresholds() []int64 {
 // RaceEnabled reports a build with the race detector, where the external
 // tests cut their slowest runs short.
 const RaceEnabled = raceEnabled
+
+// ForceScan makes Scan and Exscan take recursive doubling (rd) or the
+// chain (!rd) at every size, for the benchmark that compares them, and
+// returns the function that puts the table back.
+func ForceScan(rd bool) (restore func()) {
+	old := scanRD
+	scanRD = []switchPoint{{anyRanks, 0}}
+	if rd {
+		scanRD = []switchPoint{{anyRanks, 1 << 62}}
+	}
+	return func() { scanRD = old }
+}
