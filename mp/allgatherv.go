@@ -18,11 +18,11 @@ import "github.com/courier-mp/courier/backend"
 // on (COURIER_CHECK=1) every rank fails at once with ErrMismatch naming
 // it, as it does where ranks pass counts of different sums.
 //
-// Host buffers take Allgather's algorithms for the total size (recursive
+// It runs over point-to-point messages on every backend (NCCL has no
+// Allgatherv), with Allgather's algorithms for the total size (recursive
 // doubling or Bruck's for small buffers, a ring for large ones); device
-// buffers travel as they lie, each rank's block straight to every other
-// rank (on nccl, one group of sends and receives, no copy through the
-// host).
+// buffers are staged through host memory, as the collectives NCCL lacks
+// are.
 //
 //go:noinline
 func Allgatherv[B Buffer](c *Comm, send, recv B, counts []int) error {
@@ -78,7 +78,13 @@ func (c *Comm) runAllgatherv(co backend.Coll, counts []int) error {
 	var err error
 	switch {
 	case co.Send.Mem == backend.Device || co.Recv.Mem == backend.Device:
-		err = c.allgatherLinear(co.Send, co.Recv, l)
+		err = c.onHost(co.Send, co.Recv, func(send, recv backend.Buffer) error {
+			if small(allgatherSmall, p, recv.Len()) {
+				return c.allgatherSmallv(send, recv, l)
+			}
+			copyHost(l.block(recv, r), send)
+			return c.ringAllgather(recv, l)
+		})
 	case small(allgatherSmall, p, co.Recv.Len()):
 		err = c.allgatherSmallv(co.Send, co.Recv, l)
 	default:
@@ -87,23 +93,4 @@ func (c *Comm) runAllgatherv(co backend.Coll, counts []int) error {
 	}
 	s.release(err)
 	return err
-}
-
-// allgatherLinear sends this rank's block to every other rank and
-// receives theirs, every message posted at once: for device buffers,
-// which then move as they lie.
-func (c *Comm) allgatherLinear(send, recv backend.Buffer, l blocks) error {
-	q := getRequests()
-	var err error
-	for k := 1; k < c.size && err == nil; k++ {
-		from := mod(c.rank-k, c.size)
-		err = c.post(q, true, l.block(recv, from), from)
-	}
-	for k := 1; k < c.size && err == nil; k++ {
-		err = c.post(q, false, send, (c.rank+k)%c.size)
-	}
-	if err == nil {
-		err = copyLocal(l.block(recv, c.rank), send)
-	}
-	return c.waitAll(q, err)
 }

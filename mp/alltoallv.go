@@ -23,8 +23,9 @@ import (
 // then leave each other out; the other pairs' blocks still move), never
 // with a truncated message.
 //
-// Host and device buffers alike go to every rank at once (on nccl, one
-// group of sends and receives, device buffers as they lie).
+// The blocks go to every rank at once, over point-to-point messages on
+// every backend (NCCL has no Alltoallv); device buffers are staged
+// through host memory, as the collectives NCCL lacks are.
 //
 //go:noinline
 func Alltoallv[B Buffer](c *Comm, send B, sendCounts []int, recv B, recvCounts []int) error {
@@ -100,22 +101,14 @@ func (c *Comm) runAlltoallv(co backend.Coll, sendCounts, recvCounts []int) error
 	}
 	sl := layout(sendCounts, view[int64](s.buf(8*int64(4*p), backend.Int64, int64(p+1))))
 	rl := layout(recvCounts, view[int64](s.buf(8*int64(5*p+1), backend.Int64, int64(p+1))))
-	q := getRequests()
 	var err error
-	for k := 1; k < p && err == nil; k++ {
-		if from := mod(r-k, p); agrees(from) {
-			err = c.post(q, true, rl.block(co.Recv, from), from)
-		}
+	if co.Send.Mem == backend.Device || co.Recv.Mem == backend.Device {
+		err = c.onHost(co.Send, co.Recv, func(send, recv backend.Buffer) error {
+			return c.alltoallvPairs(send, recv, sl, rl, agrees)
+		})
+	} else {
+		err = c.alltoallvPairs(co.Send, co.Recv, sl, rl, agrees)
 	}
-	for k := 1; k < p && err == nil; k++ {
-		if to := (r + k) % p; agrees(to) {
-			err = c.post(q, false, sl.block(co.Send, to), to)
-		}
-	}
-	if err == nil {
-		err = copyLocal(rl.block(co.Recv, r), sl.block(co.Send, r))
-	}
-	err = c.waitAll(q, err)
 	if err == nil {
 		for k := range p {
 			if !agrees(k) {
@@ -127,4 +120,27 @@ func (c *Comm) runAlltoallv(co backend.Coll, sendCounts, recvCounts []int) error
 	}
 	s.release(err)
 	return err
+}
+
+// alltoallvPairs exchanges the blocks of host buffers send (blocks sl)
+// and recv (blocks rl) with every rank k for which agrees(k), all at
+// once: every receive posted, then every send, then every wait.
+func (c *Comm) alltoallvPairs(send, recv backend.Buffer, sl, rl blocks, agrees func(int) bool) error {
+	p, r := c.size, c.rank
+	q := getRequests()
+	var err error
+	for k := 1; k < p && err == nil; k++ {
+		if from := mod(r-k, p); agrees(from) {
+			err = c.post(q, true, rl.block(recv, from), from)
+		}
+	}
+	for k := 1; k < p && err == nil; k++ {
+		if to := (r + k) % p; agrees(to) {
+			err = c.post(q, false, sl.block(send, to), to)
+		}
+	}
+	if err == nil {
+		copyHost(rl.block(recv, r), sl.block(send, r))
+	}
+	return c.waitAll(q, err)
 }

@@ -250,12 +250,6 @@ func (c *Comm) runColl(co backend.Coll) error {
 		}
 	}
 	if co.Send.Mem == backend.Device || co.Recv.Mem == backend.Device {
-		switch co.Kind {
-		case backend.Gather:
-			return c.gatherLinear(co.Send, co.Recv, evenBlocks(co.Send.Count, c.size), co.Root)
-		case backend.Scatter:
-			return c.scatterLinear(co.Send, co.Recv, evenBlocks(co.Recv.Count, c.size), co.Root)
-		}
 		return c.stagedColl(co)
 	}
 	return c.p2pColl(co)
@@ -352,6 +346,34 @@ func (c *Comm) stagedColl(co backend.Coll) error {
 	}
 	dst := cuda.ByteView(uintptr(co.Recv.Ptr), co.Recv.Len(), cuda.Device(co.Recv.Device))
 	if err := cuda.CopyToDevice(dst, recv.Bytes()); err != nil {
+		return fmt.Errorf("copying the result to the device: %w", err)
+	}
+	return nil
+}
+
+// onHost runs f on send and recv, each staged through new host memory
+// where it is in device memory: send is copied to the host before, recv
+// back to the device after (f writes all of it). For the v-collectives
+// of device buffers.
+func (c *Comm) onHost(send, recv backend.Buffer, f func(send, recv backend.Buffer) error) error {
+	hs, hr := send, recv
+	var err error
+	if send.Mem == backend.Device {
+		if hs, err = toHost(send); err != nil {
+			return err
+		}
+	}
+	if recv.Mem == backend.Device {
+		hr = hostLike(recv)
+	}
+	if err := f(hs, hr); err != nil {
+		return err
+	}
+	if recv.Mem != backend.Device || recv.Count == 0 {
+		return nil
+	}
+	dst := cuda.ByteView(uintptr(recv.Ptr), recv.Len(), cuda.Device(recv.Device))
+	if err := cuda.CopyToDevice(dst, hr.Bytes()); err != nil {
 		return fmt.Errorf("copying the result to the device: %w", err)
 	}
 	return nil

@@ -145,7 +145,6 @@ var allgathervs = []struct {
 		copyHost(l.block(r, c.rank), s)
 		return c.ringAllgather(r, l)
 	}, func(int) bool { return true }},
-	{"Linear", (*Comm).allgatherLinear, func(int) bool { return true }},
 }
 
 func TestCollAllgathervAlgorithms(t *testing.T) {

@@ -8,8 +8,7 @@ import (
 
 // What the v-collectives (Gatherv, Scatterv, Allgatherv, Alltoallv) share:
 // the checks of their counts, the blocks the counts make, and the
-// linear exchanges (every message posted at once) that device buffers
-// take.
+// exchanges of Alltoallv, every message posted at once.
 
 // checkCounts validates the counts of a v-collective: one per rank, none
 // negative, summing to total, the length of the buffer (named buf) the
@@ -204,29 +203,25 @@ func (c *Comm) runRootedV(co backend.Coll, counts []int) error {
 		}
 		mismatch = countsMismatch(own, mine.Count, "the root's counts", r, want)
 	}
-	device := co.Send.Mem == backend.Device || co.Recv.Mem == backend.Device
-	switch {
-	case gather && device:
-		err = c.gatherLinear(co.Send, co.Recv, l, root)
-	case gather:
-		err = c.gatherTree(co.Send, co.Recv, l, root)
-	default:
-		recv := co.Recv
-		var tmp *scratch
-		if mismatch != nil {
-			// Take this rank's part into scratch memory, so that the
-			// ranks below it in the tree get theirs.
-			tmp = getScratch(want * int64(recv.Type.Size()))
-			recv = tmp.buf(0, recv.Type, want)
-		}
-		if device {
-			err = c.scatterLinear(co.Send, recv, l, root)
-		} else {
-			err = c.scatterTree(co.Send, recv, l, root)
-		}
-		if tmp != nil {
-			tmp.release(err)
-		}
+	tree := c.scatterTree
+	if gather {
+		tree = c.gatherTree
+	}
+	recv := co.Recv
+	var tmp *scratch
+	if mismatch != nil && !gather {
+		// Take this rank's part into scratch memory, so that the ranks
+		// below it in the tree get theirs.
+		tmp = getScratch(want * int64(recv.Type.Size()))
+		recv = tmp.buf(0, recv.Type, want)
+	}
+	if co.Send.Mem == backend.Device || recv.Mem == backend.Device {
+		err = c.onHost(co.Send, recv, func(send, recv backend.Buffer) error { return tree(send, recv, l, root) })
+	} else {
+		err = tree(co.Send, recv, l, root)
+	}
+	if tmp != nil {
+		tmp.release(err)
 	}
 	s.release(err)
 	if err == nil {

@@ -7,10 +7,11 @@ import "github.com/courier-mp/courier/backend"
 // used elsewhere (pass nil there). Every rank passes a send buffer of one
 // length. send may be the root's own block of recv (in place).
 //
-// Host buffers go up a binomial tree (⌈log2 N⌉ steps; each inner rank
-// forwards its subtree's blocks in one message); device buffers travel as
-// they lie, every rank's straight to the root (on nccl, one group of
-// receives there, no copy through the host).
+// It runs over point-to-point messages on every backend (NCCL has no
+// Gather): up a binomial tree (⌈log2 N⌉ steps; each inner rank forwards
+// its subtree's blocks in one message). Device buffers are staged through
+// host memory, as the collectives NCCL lacks are (the library's own
+// messages travel in host memory on nccl).
 //
 //go:noinline
 func Gather[B Buffer](c *Comm, send, recv B, root int) error {
@@ -34,8 +35,8 @@ func Gather[B Buffer](c *Comm, send, recv B, root int) error {
 // it in the tree then fail as for any rank that leaves a collective: with
 // the communicator's timeout).
 //
-// The blocks take Gather's paths (a binomial tree of host buffers,
-// direct messages of device buffers).
+// The blocks take Gather's path (a binomial tree; device buffers staged
+// through host memory).
 //
 //go:noinline
 func Gatherv[B Buffer](c *Comm, send, recv B, counts []int, root int) error {
@@ -106,24 +107,4 @@ func (c *Comm) recvSpan(all backend.Buffer, l blocks, from, n int) error {
 	}
 	s.release(err)
 	return err
-}
-
-// gatherLinear gathers send into recv at root with a message from every
-// rank straight to the root, which posts every receive at once: for
-// device buffers, which then move as they lie.
-func (c *Comm) gatherLinear(send, recv backend.Buffer, l blocks, root int) error {
-	if c.rank != root {
-		return c.send(send, root)
-	}
-	q := getRequests()
-	var err error
-	for k := range c.size {
-		if k != root && err == nil {
-			err = c.post(q, true, l.block(recv, k), k)
-		}
-	}
-	if err == nil {
-		err = copyLocal(l.block(recv, root), send)
-	}
-	return c.waitAll(q, err)
 }

@@ -11,10 +11,11 @@ import (
 // (pass nil there). Every rank passes a receive buffer of one length.
 // recv may be the root's own block of send (in place).
 //
-// Host buffers go down a binomial tree (⌈log2 N⌉ steps; each inner rank
-// receives its subtree's blocks in one message and forwards them);
-// device buffers travel as they lie, from the root straight to every rank
-// (on nccl, one group of sends there, no copy through the host).
+// It runs over point-to-point messages on every backend (NCCL has no
+// Scatter): down a binomial tree (⌈log2 N⌉ steps; each inner rank
+// receives its subtree's blocks in one message and forwards them).
+// Device buffers are staged through host memory, as the collectives NCCL
+// lacks are.
 //
 //go:noinline
 func Scatter[B Buffer](c *Comm, send, recv B, root int) error {
@@ -33,7 +34,7 @@ func Scatter[B Buffer](c *Comm, send, recv B, root int) error {
 // with ErrInvalid on every rank. A rank whose receive buffer is not the
 // length the root's counts give it fails with ErrMismatch (it still
 // takes its part, so the other ranks are not held up, and its recv is
-// left as it was).
+// left as it was). The blocks take Scatter's path.
 //
 //go:noinline
 func Scatterv[B Buffer](c *Comm, send B, counts []int, recv B, root int) error {
@@ -106,24 +107,4 @@ func (c *Comm) sendSpan(all backend.Buffer, l blocks, to, n int) error {
 	err := c.send(tmp, to)
 	s.release(err)
 	return err
-}
-
-// scatterLinear sends the blocks l of root's send with a message from the
-// root straight to every rank, all posted at once: for device buffers,
-// which then move as they lie.
-func (c *Comm) scatterLinear(send, recv backend.Buffer, l blocks, root int) error {
-	if c.rank != root {
-		return c.recv(recv, root)
-	}
-	q := getRequests()
-	var err error
-	for k := range c.size {
-		if k != root && err == nil {
-			err = c.post(q, false, l.block(send, k), k)
-		}
-	}
-	if err == nil {
-		err = copyLocal(recv, l.block(send, root))
-	}
-	return c.waitAll(q, err)
 }

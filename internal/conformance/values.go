@@ -44,26 +44,44 @@ func cellOf(r, i int) cell {
 	}
 }
 
-// valueTypes: ranks 0 and 1 send each other a struct, a map, a slice of
-// structs, a large slice and a string, and each gets what the other sent,
-// in order, with the right Status.
+// valueTypes: ranks 0 and 1 send each other (one way, then the other) a
+// struct, a map, a slice of structs, a large slice and a string, and each
+// gets what the other sent, in order, with the right Status.
 func valueTypes(t T, c *mp.Comm) {
 	peer, ok := pair(c)
 	if !ok {
 		return
 	}
-	r := c.Rank()
-	big := make([]float64, 100000) // 800 KB
+	for sender := range 2 {
+		if c.Rank() == sender {
+			valueSendAll(t, c, peer)
+		} else {
+			valueRecvAll(t, c, peer)
+		}
+	}
+}
+
+// bigValue is rank r's large value: 800 KB.
+func bigValue(r int) []float64 {
+	big := make([]float64, 100000)
 	for i := range big {
 		big[i] = float64(i * r)
 	}
+	return big
+}
+
+// valueSendAll is valueTypes' sending side.
+func valueSendAll(t T, c *mp.Comm, peer int) {
+	r := c.Rank()
 	require.NoError(t, mp.SendValue(c, cellOf(r, 1), peer, 5))
 	require.NoError(t, mp.SendValue(c, map[int][]string{r: {"x", "y"}, 7: nil}, peer, 6))
 	require.NoError(t, mp.SendValue(c, []cell{cellOf(r, 2), cellOf(r, 3)}, peer, 5))
-	q := make(chan error, 1)
-	go func() { q <- mp.SendValue(c, big, peer, 7) }() // large: it may wait for the receive
+	require.NoError(t, mp.SendValue(c, bigValue(r), peer, 7))
 	require.NoError(t, mp.SendValue(c, "done", peer, 8))
+}
 
+// valueRecvAll is valueTypes' receiving side.
+func valueRecvAll(t T, c *mp.Comm, peer int) {
 	got, st, err := mp.RecvValue[cell](c, peer, 5)
 	require.NoError(t, err)
 	assert.Equal(t, cellOf(peer, 1), got)
@@ -76,19 +94,14 @@ func valueTypes(t T, c *mp.Comm) {
 	cells, _, err := mp.RecvValue[[]cell](c, peer, 5)
 	require.NoError(t, err)
 	assert.Equal(t, []cell{cellOf(peer, 2), cellOf(peer, 3)}, cells)
+	b, _, err := mp.RecvValue[[]float64](c, peer, 7)
+	require.NoError(t, err)
+	if want := bigValue(peer); !slices.Equal(b, want) {
+		t.Errorf("the large slice: %d elements, want %d; they differ", len(b), len(want))
+	}
 	s, _, err := mp.RecvValue[string](c, peer, 8)
 	require.NoError(t, err)
 	assert.Equal(t, "done", s)
-	b, _, err := mp.RecvValue[[]float64](c, peer, 7)
-	require.NoError(t, err)
-	require.NoError(t, <-q)
-	require.Len(t, b, len(big))
-	for i := range b {
-		if b[i] != float64(i*peer) {
-			t.Errorf("the large slice: element %d is %v, want %v", i, b[i], float64(i*peer))
-			break
-		}
-	}
 }
 
 // valueWildcards: every other rank sends rank 0 a value with a tag of
