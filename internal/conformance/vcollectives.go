@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 
 	"github.com/stretchr/testify/assert"
@@ -334,11 +335,19 @@ func scanCase[S mp.Buffer](name string) Case {
 							scan = mp.Exscan[S]
 						}
 						require.NoError(t, scan(c, send, recv, op), what)
+						same := sameBits[S]
+						if cx && op == mp.Prod {
+							// The sign of a zero part of a complex
+							// product depends on the order of the
+							// products, which the reference (in
+							// integers) does not keep.
+							same = sameComplex[S]
+						}
 						switch {
 						case !ex:
-							sameBits(t, what, recv, expected[S](r+1, 0, n, op))
+							same(t, what, recv, expected[S](r+1, 0, n, op))
 						case r > 0:
-							sameBits(t, what, recv, expected[S](r, 0, n, op))
+							same(t, what, recv, expected[S](r, 0, n, op))
 						case inPlace:
 							sameBits(t, what+": rank 0's buffer", recv, input[S](r, n, op))
 						default:
@@ -352,4 +361,22 @@ func scanCase[S mp.Buffer](name string) Case {
 			}
 		}
 	}}
+}
+
+// sameComplex is sameBits for complex numbers compared as numbers (a
+// zero part equals a zero of the other sign).
+func sameComplex[S mp.Buffer](t T, what string, got, want S) bool {
+	t.Helper()
+	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
+	if gv.Len() != wv.Len() {
+		t.Errorf("%s: %d elements, want %d", what, gv.Len(), wv.Len())
+		return false
+	}
+	for i := range gv.Len() {
+		if g, w := gv.Index(i).Complex(), wv.Index(i).Complex(); g != w {
+			t.Errorf("%s: element %d is %v, want %v", what, i, g, w)
+			return false
+		}
+	}
+	return true
 }
