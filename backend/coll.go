@@ -18,10 +18,18 @@ type CollKind uint8
 //	ReduceScatter  Send N·n; Recv n (the reduction of every rank's block k lands at rank k)
 //	Alltoall       Send N·n; Recv N·n (block k of Send goes to rank k, block j of Recv comes from rank j)
 //	Barrier        no buffers (Send and Recv empty): it completes once every rank has started it
+//	Gather         Send n; Recv N·n at the root (rank k's block at k·n; ignored elsewhere)
+//	Scatter        Send N·n at the root (block k goes to rank k; ignored elsewhere); Recv n
+//	Scan           Send n; Recv n (rank k gets the reduction over ranks 0 … k)
+//	Exscan         Send n; Recv n (rank k > 0 gets the reduction over ranks 0 … k−1; rank 0's is left as it is)
 //
 // In place: Recv may be the same memory as Send (Bcast always is); for
-// Allgather, Send may be this rank's block of Recv, and for ReduceScatter
-// Recv this rank's block of Send.
+// Allgather and Gather, Send may be this rank's block of Recv, and for
+// ReduceScatter and Scatter Recv this rank's block of Send.
+//
+// Gatherv, Scatterv, Allgatherv and Alltoallv (blocks of a length per
+// rank) name package mp's own collectives in its errors and checks; a Coll
+// carries no counts, so mp never offers them to a transport.
 const (
 	Bcast CollKind = iota + 1
 	Reduce
@@ -30,10 +38,20 @@ const (
 	ReduceScatter
 	Alltoall
 	Barrier
+	Gather
+	Scatter
+	Scan
+	Exscan
+	Gatherv
+	Scatterv
+	Allgatherv
+	Alltoallv
 )
 
 var collNames = [...]string{Bcast: "bcast", Reduce: "reduce", Allreduce: "allreduce",
-	Allgather: "allgather", ReduceScatter: "reducescatter", Alltoall: "alltoall", Barrier: "barrier"}
+	Allgather: "allgather", ReduceScatter: "reducescatter", Alltoall: "alltoall", Barrier: "barrier",
+	Gather: "gather", Scatter: "scatter", Scan: "scan", Exscan: "exscan",
+	Gatherv: "gatherv", Scatterv: "scatterv", Allgatherv: "allgatherv", Alltoallv: "alltoallv"}
 
 // String is the operation's name in lower case ("allreduce").
 func (k CollKind) String() string {
@@ -43,14 +61,28 @@ func (k CollKind) String() string {
 	return fmt.Sprintf("collective(%d)", uint8(k))
 }
 
-// Rooted reports whether the collective has a root (Bcast, Reduce).
-func (k CollKind) Rooted() bool { return k == Bcast || k == Reduce }
+// Rooted reports whether the collective has a root (Bcast, Reduce,
+// Gather, Scatter, Gatherv, Scatterv).
+func (k CollKind) Rooted() bool {
+	switch k {
+	case Bcast, Reduce, Gather, Scatter, Gatherv, Scatterv:
+		return true
+	}
+	return false
+}
 
-// Reduces reports whether the collective combines values with a ReduceOp.
-func (k CollKind) Reduces() bool { return k == Reduce || k == Allreduce || k == ReduceScatter }
+// Reduces reports whether the collective combines values with a ReduceOp
+// (Reduce, Allreduce, ReduceScatter, Scan, Exscan).
+func (k CollKind) Reduces() bool {
+	switch k {
+	case Reduce, Allreduce, ReduceScatter, Scan, Exscan:
+		return true
+	}
+	return false
+}
 
-// ReduceOp is a reduction operator (of Reduce, Allreduce and
-// ReduceScatter): it combines the ranks' buffers element by element.
+// ReduceOp is a reduction operator (of Reduce, Allreduce, ReduceScatter,
+// Scan and Exscan): it combines the ranks' buffers element by element.
 type ReduceOp uint8
 
 // The reduction operators. Sum and Prod apply to every element type (for
@@ -104,10 +136,11 @@ type Coll struct {
 // Collective starts c and returns its request, which completes when this
 // rank's part is done (its Recv holds the result; its Send may be
 // reused). Package mp asks for a Barrier this way too, and runs its own
-// (over point-to-point messages) on ErrSkip. Every rank calls the same collectives in the same order. A
-// transport that cannot run this one (an element type or operator it
-// lacks, a communicator it did not make) returns an error matching
-// ErrSkip, and package mp runs it over point-to-point messages instead.
+// (over point-to-point messages) on ErrSkip. Every rank calls the same
+// collectives in the same order. A transport that cannot run this one (a
+// kind it does not know, an element type or operator it lacks, a
+// communicator it did not make) returns an error matching ErrSkip, and
+// package mp runs it over point-to-point messages instead.
 type Collectives interface {
 	Collective(c Coll) (Request, error)
 }

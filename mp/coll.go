@@ -147,8 +147,11 @@ func (c *Comm) checkColl(co *backend.Coll) error {
 		}
 		return invalidf("%v is not defined on %v", co.Op, t)
 	}
-	if co.Kind == backend.Reduce && c.rank != co.Root {
-		co.Recv = backend.Buffer{Type: t, Mem: co.Send.Mem, Device: co.Send.Device}
+	if (co.Kind == backend.Reduce || co.Kind == backend.Gather) && c.rank != co.Root {
+		co.Recv = emptyLike(co.Send)
+	}
+	if co.Kind == backend.Scatter && c.rank != co.Root {
+		co.Send = emptyLike(co.Recv)
 	}
 	n, p := co.Send.Count, int64(c.size)
 	want := n // of recv
@@ -168,6 +171,16 @@ func (c *Comm) checkColl(co *backend.Coll) error {
 		if c.rank != co.Root {
 			want = 0
 		}
+	case backend.Gather:
+		want = 0
+		if c.rank == co.Root {
+			want = n * p
+		}
+	case backend.Scatter:
+		if c.rank == co.Root && n != co.Recv.Count*p {
+			return invalidf("the send buffer has %d elements, want %d blocks of the receive buffer's %d (one per rank)", n, p, co.Recv.Count)
+		}
+		want = co.Recv.Count
 	}
 	if co.Recv.Count != want {
 		return invalidf("the receive buffer has %d elements, want %d (the send buffer has %d, and %d ranks)", co.Recv.Count, want, n, p)
@@ -185,10 +198,10 @@ func (c *Comm) checkColl(co *backend.Coll) error {
 // passing one buffer twice.
 func inPlaceHint(k backend.CollKind) string {
 	switch k {
-	case backend.Allgather:
-		return ", or, for Allgather, this rank's block of the receive buffer as the send buffer"
-	case backend.ReduceScatter:
-		return ", or, for ReduceScatter, this rank's block of the send buffer as the receive buffer"
+	case backend.Allgather, backend.Gather:
+		return ", or this rank's block of the receive buffer as the send buffer"
+	case backend.ReduceScatter, backend.Scatter:
+		return ", or this rank's block of the send buffer as the receive buffer"
 	}
 	return ""
 }
@@ -206,9 +219,9 @@ func overlapsBadly(co *backend.Coll, rank int) bool {
 		return false
 	}
 	switch co.Kind {
-	case backend.Allgather:
+	case backend.Allgather, backend.Gather:
 		return sa != ra+uintptr(int64(rank)*s.Len())
-	case backend.ReduceScatter:
+	case backend.ReduceScatter, backend.Scatter:
 		return ra != sa+uintptr(int64(rank)*r.Len())
 	}
 	return sa != ra || s.Count != r.Count
@@ -217,6 +230,9 @@ func overlapsBadly(co *backend.Coll, rank int) bool {
 // runColl runs a validated collective.
 func (c *Comm) runColl(co backend.Coll) error {
 	if c.size == 1 {
+		if co.Kind == backend.Exscan {
+			return nil // rank 0's receive buffer is left as it is
+		}
 		return copyLocal(co.Recv, co.Send)
 	}
 	if c.check {
@@ -260,6 +276,9 @@ func (c *Comm) agree(co backend.Coll) error {
 	desc, gathered := s.buf(0, backend.Int64, 5), s.buf(5*8, backend.Int64, int64(5*c.size))
 	mine := view[int64](desc)
 	copy(mine, []int64{int64(co.Kind), 0, -1, int64(co.Send.Type), co.Send.Count})
+	if co.Kind == backend.Scatter {
+		mine[4] = co.Recv.Count // the root's send holds every block
+	}
 	if co.Kind.Reduces() {
 		mine[1] = int64(co.Op)
 	}
@@ -327,11 +346,39 @@ func (c *Comm) stagedColl(co backend.Coll) error {
 	if err := c.p2pColl(hc); err != nil {
 		return err
 	}
-	if co.Recv.Count == 0 {
-		return nil
+	if co.Recv.Count == 0 || co.Kind == backend.Exscan && c.rank == 0 {
+		return nil // (Exscan leaves rank 0's receive buffer as it is)
 	}
 	dst := cuda.ByteView(uintptr(co.Recv.Ptr), co.Recv.Len(), cuda.Device(co.Recv.Device))
 	if err := cuda.CopyToDevice(dst, recv.Bytes()); err != nil {
+		return fmt.Errorf("copying the result to the device: %w", err)
+	}
+	return nil
+}
+
+// onHost runs f on send and recv, each staged through new host memory
+// where it is in device memory: send is copied to the host before, recv
+// back to the device after (f writes all of it). For the v-collectives
+// of device buffers.
+func (c *Comm) onHost(send, recv backend.Buffer, f func(send, recv backend.Buffer) error) error {
+	hs, hr := send, recv
+	var err error
+	if send.Mem == backend.Device {
+		if hs, err = toHost(send); err != nil {
+			return err
+		}
+	}
+	if recv.Mem == backend.Device {
+		hr = hostLike(recv)
+	}
+	if err := f(hs, hr); err != nil {
+		return err
+	}
+	if recv.Mem != backend.Device || recv.Count == 0 {
+		return nil
+	}
+	dst := cuda.ByteView(uintptr(recv.Ptr), recv.Len(), cuda.Device(recv.Device))
+	if err := cuda.CopyToDevice(dst, hr.Bytes()); err != nil {
 		return fmt.Errorf("copying the result to the device: %w", err)
 	}
 	return nil

@@ -129,3 +129,34 @@ func BenchmarkCollSHM(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScan compares Scan's two algorithms (float64 Sum) over
+// loopback TCP, on 2, 4 and 8 ranks, from 8 B to 4 MiB: where recursive
+// doubling gives way to the chain (mp's colltune.go, scanRD). Each call
+// is followed by a Barrier (the rows Barrier alone measure it), or the
+// chain's first ranks would run calls ahead of the last and measure
+// throughput, not the time of one Scan.
+func BenchmarkScan(b *testing.B) {
+	for _, np := range []int{2, 4, 8} {
+		for _, n := range []int{8, 4 << 10, 64 << 10, 512 << 10, 4 << 20} {
+			for _, rd := range []bool{true, false} {
+				name := map[bool]string{true: "RecursiveDoubling", false: "Chain"}[rd]
+				b.Run(fmt.Sprintf("%s/np=%d/%s", name, np, sizeName(n)), func(b *testing.B) {
+					defer mp.ForceScan(rd)()
+					bufs := make([][2][]float64, np)
+					for i := range bufs {
+						bufs[i] = [2][]float64{make([]float64, n/8), make([]float64, n/8)}
+					}
+					benchColl(b, np, n, func(c *mp.Comm) error {
+						s := bufs[c.Rank()]
+						if err := mp.Scan(c, s[0], s[1], mp.Sum); err != nil {
+							return err
+						}
+						return mp.Barrier(c)
+					})
+				})
+			}
+		}
+		b.Run(fmt.Sprintf("Barrier/np=%d", np), func(b *testing.B) { benchColl(b, np, 0, mp.Barrier) })
+	}
+}

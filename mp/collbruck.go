@@ -2,28 +2,37 @@ package mp
 
 import "github.com/courier-mp/courier/backend"
 
-// allgatherBruck is Bruck's Allgather, for any number of ranks in
-// ⌈log2 N⌉ steps: rank r gathers the blocks of ranks r, r+1, … (modulo N)
-// in that order in scratch memory; at the step of distance d it sends the
-// first min(d, N−d) blocks it has to rank r−d and receives as many from
-// rank r+d after its own. At the end the blocks are rotated into place.
+// allgatherBruck is Bruck's Allgather (allgatherBruckv with blocks of one
+// length).
 func (c *Comm) allgatherBruck(send, recv backend.Buffer) error {
-	p, r, n := c.size, c.rank, send.Count
+	return c.allgatherBruckv(send, recv, evenBlocks(send.Count, c.size))
+}
+
+// allgatherBruckv is Bruck's Allgather of the blocks l, for any number of
+// ranks in ⌈log2 N⌉ steps: rank r gathers the blocks of ranks r, r+1, …
+// (modulo N) in that order in scratch memory; at the step of distance d
+// it sends the first min(d, N−d) blocks it has to rank r−d and receives as
+// many from rank r+d after its own d. At the end the blocks are rotated
+// into place.
+func (c *Comm) allgatherBruckv(send, recv backend.Buffer, l blocks) error {
+	p, r := c.size, c.rank
 	s := getScratch(recv.Len())
 	tmp := s.buf(0, recv.Type, recv.Count)
-	copyHost(sub(tmp, 0, n), send)
+	copyHost(sub(tmp, 0, send.Count), send)
 	var err error
 	for d := 1; d < p; d <<= 1 {
-		k := int64(min(d, p-d))
-		if _, err = c.exchange(sub(tmp, 0, k*n), mod(r-d, p), sub(tmp, int64(d)*n, k*n), (r+d)%p); err != nil {
+		k := min(d, p-d)
+		from := (r + d) % p
+		if _, err = c.exchange(sub(tmp, 0, l.span(r, k)), mod(r-d, p), sub(tmp, l.span(r, d), l.span(from, k)), from); err != nil {
 			break
 		}
 	}
 	if err == nil {
-		// tmp's block i is rank r+i's.
-		head := int64(p-r) * n
-		copyHost(sub(recv, int64(r)*n, head), sub(tmp, 0, head))
-		copyHost(sub(recv, 0, int64(r)*n), sub(tmp, head, int64(r)*n))
+		// tmp holds the blocks of ranks r … N−1, then 0 … r−1.
+		at := l.start(r)
+		head := l.count - at
+		copyHost(sub(recv, at, head), sub(tmp, 0, head))
+		copyHost(sub(recv, 0, at), sub(tmp, head, at))
 	}
 	s.release(err)
 	return err

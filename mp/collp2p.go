@@ -19,6 +19,11 @@ import (
 //	ReduceScatter  recursive doubling of the whole buffer, ring
 //	Bcast, Reduce  binomial trees (colltree.go)
 //	Alltoall       every pair at once (collalltoall.go)
+//	Gather(v)      binomial trees of blocks (gather.go)
+//	Scatter(v)     binomial trees of blocks (scatter.go)
+//	Allgatherv     as Allgather, with blocks of a length per rank (allgatherv.go)
+//	Alltoallv      every pair at once (alltoallv.go)
+//	Scan, Exscan   recursive doubling or a chain (scan.go)
 //	Barrier        dissemination (barrier.go)
 //
 // Scratch memory comes from pools (collscratch.go): in steady state the
@@ -53,6 +58,12 @@ func (c *Comm) p2pColl(co backend.Coll) error {
 		return c.reduceScatterRing(co.Send, co.Recv, co.Op)
 	case backend.Alltoall:
 		return c.alltoallPairs(co.Send, co.Recv)
+	case backend.Gather:
+		return c.gatherTree(co.Send, co.Recv, evenBlocks(co.Send.Count, p), co.Root)
+	case backend.Scatter:
+		return c.scatterTree(co.Send, co.Recv, evenBlocks(co.Recv.Count, p), co.Root)
+	case backend.Scan, backend.Exscan:
+		return c.scan(co.Send, co.Recv, co.Op, co.Kind == backend.Exscan)
 	}
 	return fmt.Errorf("%w: collective %v", ErrInvalid, co.Kind)
 }
@@ -60,18 +71,26 @@ func (c *Comm) p2pColl(co backend.Coll) error {
 // allgatherSmall is the latency-optimal Allgather: recursive doubling on
 // a power of two of ranks, Bruck's algorithm on any other count.
 func (c *Comm) allgatherSmall(send, recv backend.Buffer) error {
+	return c.allgatherSmallv(send, recv, evenBlocks(send.Count, c.size))
+}
+
+// allgatherSmallv is allgatherSmall of the blocks l.
+func (c *Comm) allgatherSmallv(send, recv backend.Buffer, l blocks) error {
 	if c.size&(c.size-1) == 0 {
-		return c.allgatherRD(send, recv)
+		return c.allgatherRDv(send, recv, l)
 	}
-	return c.allgatherBruck(send, recv)
+	return c.allgatherBruckv(send, recv, l)
 }
 
 // blocks is how a buffer of count elements splits into one block per
-// rank: of each elements when each is set, else as evenly as possible
-// (block k is elements [count·k/p, count·(k+1)/p)).
+// rank: at the offsets offs when they are set (block k is elements
+// [offs[k], offs[k+1]): the v-collectives' counts), else of each elements
+// when each is set, else as evenly as possible (block k is elements
+// [count·k/p, count·(k+1)/p)).
 type blocks struct {
 	count, each int64
 	p           int
+	offs        []int64 // p+1 offsets, or nil
 }
 
 // evenBlocks is p blocks of each elements.
@@ -82,12 +101,33 @@ func splitBlocks(count int64, p int) blocks { return blocks{count: count, p: p} 
 
 // at is block k's first element and length.
 func (l blocks) at(k int) (off, n int64) {
+	if l.offs != nil {
+		return l.offs[k], l.offs[k+1] - l.offs[k]
+	}
 	if l.each > 0 || l.count == 0 {
 		return int64(k) * l.each, l.each
 	}
 	p := int64(l.p)
 	lo, hi := l.count*int64(k)/p, l.count*int64(k+1)/p
 	return lo, hi - lo
+}
+
+// start is where block k begins, for k in [0, p] (block p: the end).
+func (l blocks) start(k int) int64 {
+	if k == l.p {
+		return l.count
+	}
+	off, _ := l.at(k)
+	return off
+}
+
+// span is the number of elements of the n blocks of ranks first,
+// first+1, … (modulo p), n at most p.
+func (l blocks) span(first, n int) int64 {
+	if end := first + n; end <= l.p {
+		return l.start(end) - l.start(first)
+	}
+	return l.count - l.start(first) + l.start(first+n-l.p)
 }
 
 // most is the length of the longest block.
@@ -107,9 +147,9 @@ func (l blocks) block(b backend.Buffer, k int) backend.Buffer {
 // mod is k modulo p, in [0, p).
 func mod(k, p int) int { return ((k % p) + p) % p }
 
-// sub is elements [off, off+n) of host buffer b.
+// sub is elements [off, off+n) of buffer b (host or device memory).
 func sub(b backend.Buffer, off, n int64) backend.Buffer {
-	out := backend.Buffer{Count: n, Type: b.Type, Mem: backend.Host}
+	out := backend.Buffer{Count: n, Type: b.Type, Mem: b.Mem, Device: b.Device}
 	if n > 0 {
 		out.Ptr = unsafe.Add(b.Ptr, off*int64(b.Type.Size()))
 	}

@@ -422,7 +422,57 @@ var collCalls = []collCall{
 	{"Alltoall/64B", 64, func(c *Comm, in, out []float32) error { return Alltoall(c, in, out) }, same},
 	{"AlltoallInPlace/64B", 64, func(c *Comm, in, _ []float32) error { return Alltoall(c, in, in) }, same},
 	{"Barrier", 0, func(c *Comm, _, _ []float32) error { return Barrier(c) }, same},
+	{"Gather/64B", 64, func(c *Comm, in, out []float32) error { return Gather(c, in, rootOnly(c, out, 1), 1) }, times},
+	{"Gather/1MiB", 1 << 20, func(c *Comm, in, out []float32) error { return Gather(c, in, rootOnly(c, out, 0), 0) }, times},
+	{"Scatter/64B", 64, func(c *Comm, in, out []float32) error { return Scatter(c, rootOnly(c, out, 1), in, 1) }, times},
+	{"Gatherv/64B", 64, func(c *Comm, in, out []float32) error {
+		return Gatherv(c, in, rootOnly(c, out, 1), evenCounts(c.Size(), len(in)), 1)
+	}, times},
+	{"Scatterv/64KiB", 64 << 10, func(c *Comm, in, out []float32) error {
+		return Scatterv(c, rootOnly(c, out, 0), evenCounts(c.Size(), len(in)), in, 0)
+	}, times},
+	{"Allgatherv/8B", 8, func(c *Comm, in, out []float32) error { return Allgatherv(c, in, out, evenCounts(c.Size(), len(in))) }, times},
+	{"Allgatherv/256KiB", 256 << 10, func(c *Comm, in, out []float32) error {
+		return Allgatherv(c, in, out, evenCounts(c.Size(), len(in)))
+	}, times},
+	{"Alltoallv/64B", 64, func(c *Comm, in, out []float32) error {
+		counts := evenCounts(c.Size(), len(in)/c.Size())
+		return Alltoallv(c, in, counts, out, counts)
+	}, same},
+	{"Scan/8B", 8, func(c *Comm, in, out []float32) error { return Scan(c, in, out, Sum) }, same},
+	{"Scan/1MiB", 1 << 20, func(c *Comm, in, out []float32) error { return Scan(c, in, out, Sum) }, same},
+	{"Exscan/8B", 8, func(c *Comm, in, out []float32) error { return Exscan(c, in, out, Max) }, same},
 }
+
+// rootOnly is buf at rank root, nil elsewhere.
+func rootOnly(c *Comm, buf []float32, root int) []float32 {
+	if c.Rank() != root {
+		return nil
+	}
+	return buf
+}
+
+// evenCounts is p counts of n (the same slice every time, so that the
+// allocation test counts only the collective's allocations).
+func evenCounts(p, n int) []int {
+	countsMu.Lock()
+	defer countsMu.Unlock()
+	k := [2]int{p, n}
+	if cs, ok := countsCache[k]; ok {
+		return cs
+	}
+	cs := make([]int, p)
+	for i := range cs {
+		cs[i] = n
+	}
+	countsCache[k] = cs
+	return cs
+}
+
+var (
+	countsMu    sync.Mutex
+	countsCache = map[[2]int][]int{}
+)
 
 // setUp gives m the buffers of call cl on p ranks.
 func (m *memRanks) setUp(cl collCall) {

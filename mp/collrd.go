@@ -87,16 +87,23 @@ func (c *Comm) reduceScatterRD(send, recv backend.Buffer, op Op) error {
 }
 
 // allgatherRD is Allgather by recursive doubling, for a power of two of
-// ranks: at the step of bit m, each rank holds the 2^m blocks of its
-// aligned group and exchanges them with the rank whose number differs in
-// bit m, so every message is one contiguous part of recv.
+// ranks (allgatherRDv with blocks of one length).
 func (c *Comm) allgatherRD(send, recv backend.Buffer) error {
-	p, r, n := c.size, c.rank, send.Count
-	copyHost(sub(recv, int64(r)*n, n), send)
+	return c.allgatherRDv(send, recv, evenBlocks(send.Count, c.size))
+}
+
+// allgatherRDv is Allgather of the blocks l (rank k's send is block k of
+// recv) by recursive doubling, for a power of two of ranks: at the step
+// of bit m, each rank holds the blocks of the 2^m ranks of its aligned
+// group and exchanges them with the rank whose number differs in bit m,
+// so every message is one contiguous part of recv.
+func (c *Comm) allgatherRDv(send, recv backend.Buffer, l blocks) error {
+	p, r := c.size, c.rank
+	copyHost(l.block(recv, r), send)
 	for mask := 1; mask < p; mask <<= 1 {
 		peer := r ^ mask
-		mine, theirs := int64(r&^(mask-1))*n, int64(peer&^(mask-1))*n
-		if _, err := c.exchange(sub(recv, mine, int64(mask)*n), peer, sub(recv, theirs, int64(mask)*n), peer); err != nil {
+		mine, theirs := r&^(mask-1), peer&^(mask-1)
+		if _, err := c.exchange(sub(recv, l.start(mine), l.span(mine, mask)), peer, sub(recv, l.start(theirs), l.span(theirs, mask)), peer); err != nil {
 			return err
 		}
 	}

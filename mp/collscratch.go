@@ -65,8 +65,12 @@ func (s *scratch) buf(off int64, t backend.DType, count int64) backend.Buffer {
 func roundUp8(n int64) int64 { return (n + 7) &^ 7 }
 
 // requests is a list of transport requests a collective posts at once,
-// pooled like scratch.
-type requests struct{ list []backend.Request }
+// pooled like scratch; want is, beside each, the count a receive must
+// fill (-1 for a send), where a collective records it (post).
+type requests struct {
+	list []backend.Request
+	want []int64
+}
 
 var requestPool = sync.Pool{New: func() any { return new(requests) }}
 
@@ -76,6 +80,6 @@ func getRequests() *requests { return requestPool.Get().(*requests) }
 // release clears the list (its requests were released) and gives it back.
 func (q *requests) release() {
 	clear(q.list)
-	q.list = q.list[:0]
+	q.list, q.want = q.list[:0], q.want[:0]
 	requestPool.Put(q)
 }

@@ -29,7 +29,17 @@ var (
 	// reduceScatterSmall: recursive doubling of the whole buffer, each
 	// rank keeping its block, below; ring from there.
 	reduceScatterSmall = []switchPoint{{2, 16 << 10}, {4, 16 << 10}, {anyRanks, 32 << 10}}
+	// scanRD: Scan and Exscan by recursive doubling below, along a
+	// chain of ranks in pieces of chainPiece bytes from there. On 2
+	// cores the chain won at every size on 2 to 8 ranks (its N−1
+	// messages against N·log2 N); the row beyond 8 ranks, where N−1
+	// hops outgrow ⌈log2 N⌉ steps, is an estimate to measure on a host
+	// with a core per rank.
+	scanRD = []switchPoint{{8, 0}, {anyRanks, 16 << 10}}
 )
+
+// chainPiece is the size of the pieces a chain (Scan's) passes on.
+const chainPiece = 64 << 10
 
 // anyRanks is the rank count of a table's last row.
 const anyRanks = 1<<31 - 1

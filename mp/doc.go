@@ -66,6 +66,25 @@
 // ranks compare each collective before it runs, and a rank that calls it
 // differently is named in an ErrMismatch on every rank.
 //
+// Gather, Scatter, Scan and Exscan, and the v-forms Gatherv, Scatterv,
+// Allgatherv and Alltoallv (blocks of a length per rank, in rank order,
+// counts in elements), complete MPI's set; they run over point-to-point
+// messages on every backend (NCCL has none of them), device buffers
+// staged through host memory. Bad counts fail with ErrInvalid on every
+// rank before any block moves: in Gatherv and Scatterv the root sends its
+// counts (and whether they are valid) to the others first, Allgatherv's
+// counts are the same on every rank, and Alltoallv's ranks exchange each
+// pair's counts first.
+//
+// # Go values
+//
+// SendValue, RecvValue and BcastValue carry any Go value encoding/gob
+// can encode (structs, maps, slices, nested): the receiver needs no size
+// in advance, and a value that cannot be encoded is ErrEncode on both
+// sides. BytesOf views a slice of plain structs (no pointers, strings,
+// slices, maps, interfaces) as bytes, without a copy, for the message
+// calls that take buffers.
+//
 // # GPUs
 //
 // A cuda.Slice (device memory from cuda.Alloc, on the GPU Comm.Device

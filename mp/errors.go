@@ -40,6 +40,12 @@ var (
 	// ErrInvalid: an argument is out of range: a rank outside the
 	// communicator, a negative tag, a nil communicator.
 	ErrInvalid = errs.ErrInvalid
+	// ErrEncode: SendValue or BcastValue could not encode a value (a
+	// channel or a function in it, a struct with no exported fields,
+	// an interface whose concrete type gob does not know). The sender's
+	// error wraps encoding/gob's; the receivers' RecvValue or
+	// BcastValue fails with it too, naming the sender.
+	ErrEncode = errs.ErrEncode
 )
 
 // OpError is the error of a message call: which operation, on which rank,

@@ -132,3 +132,50 @@ func ExampleAllreduce() {
 	}
 	// Output: [6 60] [100 101 102 103]
 }
+
+// Each rank contributes a block of its own length (rank k: k+1 elements),
+// and every rank gets them all, in rank order.
+func ExampleAllgatherv() {
+	err := ranktest.Go(3, func(comm *mp.Comm) error {
+		counts := []int{1, 2, 3}
+		mine := make([]int32, counts[comm.Rank()])
+		for i := range mine {
+			mine[i] = int32(10 * comm.Rank())
+		}
+		all := make([]int32, 6)
+		if err := mp.Allgatherv(comm, mine, all, counts); err != nil {
+			return err
+		}
+		if comm.Rank() == 2 {
+			fmt.Println(all)
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: [0 10 10 20 20 20]
+}
+
+// A Go value, here a struct with a map and a slice, travels without a
+// size agreed in advance; the receiver learns the sender and tag from the
+// Status, here of a wildcard receive.
+func ExampleSendValue() {
+	type job struct {
+		Name   string
+		Params map[string]float64
+		Steps  []int
+	}
+	err := ranktest.Go(2, func(comm *mp.Comm) error {
+		if comm.Rank() == 1 {
+			return mp.SendValue(comm, job{Name: "relax", Params: map[string]float64{"omega": 1.5}, Steps: []int{10, 20}}, 0, 3)
+		}
+		j, st, err := mp.RecvValue[job](comm, mp.AnySource, mp.AnyTag)
+		fmt.Printf("%+v from rank %d, tag %d\n", j, st.Source, st.Tag)
+		return err
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: {Name:relax Params:map[omega:1.5] Steps:[10 20]} from rank 1, tag 3
+}

@@ -1,7 +1,6 @@
 package nccl
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/courier-mp/courier/backend"
@@ -17,7 +16,9 @@ import (
 // communicator.
 //
 // It answers backend.ErrSkip, so that package mp runs the collective over
-// point-to-point messages, where NCCL cannot: a reduction of int16,
+// point-to-point messages, where NCCL cannot: a kind other than Bcast,
+// Reduce, Allreduce, Allgather, ReduceScatter and Alltoall (NCCL has no
+// Gather, Scatter or Scan), a reduction of int16,
 // uint16, or a product, minimum or maximum of complex numbers (NCCL has
 // no such types; a sum of complex numbers is one of real numbers), or a
 // communicator opened without the communicator of every rank
@@ -27,7 +28,7 @@ func (c *conn) Collective(co backend.Coll) (backend.Request, error) {
 		return nil, backend.ErrSkip
 	}
 	if co.Kind < backend.Bcast || co.Kind > backend.Alltoall {
-		return nil, fmt.Errorf("%w: collective %v", backend.ErrInvalid, co.Kind)
+		return nil, backend.ErrSkip
 	}
 	if co.Kind.Reduces() {
 		if _, _, ok := collType(co.Send.Type, co.Send.Count, true, co.Op); !ok {

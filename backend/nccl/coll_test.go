@@ -170,6 +170,11 @@ func collChecks(t *testing.T, c *conn) {
 	if _, err := c.Collective(backend.Coll{Kind: backend.Allreduce, Send: z, Recv: z, Op: backend.Prod}); !errors.Is(err, backend.ErrSkip) {
 		t.Errorf("rank %d: a product of complex64: %v, want ErrSkip", r, err)
 	}
+	for _, k := range []backend.CollKind{backend.Gather, backend.Scatter, backend.Scan, backend.Exscan, backend.CollKind(200)} {
+		if _, err := c.Collective(backend.Coll{Kind: k, Send: z, Recv: z, Op: backend.Sum}); !errors.Is(err, backend.ErrSkip) {
+			t.Errorf("rank %d: %v, which NCCL does not have: %v, want ErrSkip", r, k, err)
+		}
+	}
 }
 
 // TestFakeGPUChildCollectives: collChecks on the fake GPU, 2 and 3 ranks;

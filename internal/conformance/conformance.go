@@ -86,6 +86,8 @@ func Cases() []Case {
 		errorCases(),
 		barrierCases(),
 		collectiveCases(),
+		vcollectiveCases(),
+		valueCases(),
 	} {
 		all = append(all, group...)
 	}

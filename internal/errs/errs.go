@@ -33,6 +33,9 @@ var (
 	// ErrInvalid: an argument is out of range (a rank outside the
 	// communicator, a negative tag, a nil or destroyed object).
 	ErrInvalid = errors.New("invalid argument")
+	// ErrEncode: a Go value cannot be encoded for a message (a channel or
+	// a function in it, a struct with no exported fields).
+	ErrEncode = errors.New("value cannot be encoded")
 )
 
 // ErrPeerClosed is wrapped, beside ErrPeerLost, in the error of operations
