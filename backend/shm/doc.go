@@ -7,11 +7,14 @@
 // the host (and, when every rank of the job is on this host, the rank's
 // collective area); it passes the inbox to those ranks over the
 // authenticated unix socket they met on, so no other job or user can
-// attach and nothing is ever named in /dev/shm. A message up to the eager limit is copied into
-// the receiver's ring and out of it; a larger one is announced, and the
+// attach and nothing is ever named in /dev/shm. A message up to the eager
+// limit is copied into the receiver's ring and out of it; a larger one is
+// announced, and then (Options.Copy, COURIER_SHM_COPY) either moves
+// through the ring in 64 KiB chunks, the sender writing the next while
+// the receiver copies the last out (a user's message, by default), or the
 // receiver copies it straight out of the sender's memory
-// (process_vm_readv: one copy), or, where the kernel refuses that, asks
-// for it in chunks through the ring. A waiting goroutine polls the rings
+// (process_vm_readv: one copy; a collective's message, by default, where
+// the kernel allows it). A waiting goroutine polls the rings
 // itself; when no one waits, the progress goroutine sleeps on the
 // doorbell (a futex) and senders wake it. The unix socket stays open: its
 // end is how a rank learns that a peer's process is gone.
