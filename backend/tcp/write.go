@@ -23,9 +23,12 @@ func (l *link) writeFrame(h *engine.Header, payload []byte) error {
 }
 
 // work runs the queued jobs in order, unless another goroutine is running
-// them (it takes what is queued meanwhile too). A waiter (polling) leaves
-// BYE to the writer goroutine and wakes it for it. It reports whether it
-// ran a job, and whether it wrote BYE (the writer goroutine then ends).
+// them (it takes what is queued meanwhile too). A waiter (polling) runs
+// only CTS answers, a header each: it leaves BYE and the DATA of large
+// messages to the writer goroutine and wakes it for them, since writing a
+// large message may wait as long as the peer does not read, and a waiter
+// must come back by its timeout. It reports whether it ran a job, and
+// whether it wrote BYE (the writer goroutine then ends).
 func (l *link) work(waiter bool) (ran, bye bool) {
 	l.qmu.Lock()
 	if l.qbusy {
@@ -35,7 +38,7 @@ func (l *link) work(waiter bool) (ran, bye bool) {
 	l.qbusy = true
 	for len(l.queue) > 0 {
 		j := l.queue[0]
-		if j.Kind == engine.KindBye && waiter {
+		if waiter && j.Kind != engine.KindCTS {
 			break
 		}
 		n := copy(l.queue, l.queue[1:])
