@@ -213,3 +213,21 @@ type Availability interface {
 type Prober interface {
 	Iprobe(source, tag int) (found bool, st Status, err error)
 }
+
+// Canceler is implemented by requests whose operation can be canceled
+// before it matches, as MPI_Cancel for a receive.
+//
+// Cancel of a receive that no message has matched yet takes it off the
+// transport's queues and completes it with an error matching ErrCanceled
+// (Test and Wait report it; the caller then Releases the request as after
+// any completion); the message it would have taken is left for the next
+// matching receive. Cancel of a receive that has matched (its data may be
+// moving) or completed does nothing: the request completes as it would
+// have. Both return nil; the request's result says which happened. Cancel
+// of a send, or of an operation the transport cannot cancel, returns an
+// error matching ErrNotSupported and leaves the operation untouched.
+// Cancel may be called from any goroutine, before the request is
+// Released, and more than once.
+type Canceler interface {
+	Cancel() error
+}

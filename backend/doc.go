@@ -46,11 +46,15 @@
 //   - [StreamWaiter], on a Request: a CUDA stream made to wait for the
 //     operation on the GPU (mp's Request.WaitOn). Without it, or with an
 //     error matching ErrNotSupported, mp waits for the operation on the CPU.
+//   - [Canceler], on a Request: a receive canceled before it matches (mp's
+//     Request.Cancel). Without it, mp's Cancel reports ErrNotSupported and
+//     the receive goes on.
 //
 // # Files
 //
 //	backend.go   the core: Buffer, Status, Request, OpInfo, Conn, Config, Job,
-//	             Exchanger, Driver; the Availability and Prober capabilities
+//	             Exchanger, Driver; the Availability, Prober and Canceler
+//	             capabilities
 //	dtype.go     DType, the element types
 //	coll.go      the collectives: CollKind, ReduceOp, Coll, Collectives, ErrSkip
 //	device.go    the GPU side: PickDevice, Stream, DeviceConn, StreamWaiter,

@@ -30,6 +30,9 @@ var (
 	// ErrInvalid: an argument is out of range (a rank outside the
 	// communicator, a negative tag).
 	ErrInvalid = errs.ErrInvalid
+	// ErrCanceled: a receive was canceled ([Canceler]) before a message
+	// matched it; it received nothing.
+	ErrCanceled = errs.ErrCanceled
 )
 
 // ErrPeerClosed is the "peer closed" signal of the contract: a transport

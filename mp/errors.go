@@ -46,6 +46,10 @@ var (
 	// error wraps encoding/gob's; the receivers' RecvValue or
 	// BcastValue fails with it too, naming the sender.
 	ErrEncode = errs.ErrEncode
+	// ErrCanceled: a receive was canceled with Request.Cancel before a
+	// message matched it. It received nothing, and the message it would
+	// have taken goes to the next matching receive.
+	ErrCanceled = errs.ErrCanceled
 )
 
 // OpError is the error of a message call: which operation, on which rank,

@@ -31,6 +31,7 @@ func TestSentinelsAreTheLeafsValues(t *testing.T) {
 		{"ErrPeerLost", mp.ErrPeerLost, backend.ErrPeerLost, errs.ErrPeerLost, nil, "peer lost"},
 		{"ErrAborted", mp.ErrAborted, backend.ErrAborted, errs.ErrAborted, nil, "communicator aborted"},
 		{"ErrInvalid", mp.ErrInvalid, backend.ErrInvalid, errs.ErrInvalid, cuda.ErrInvalid, "invalid argument"},
+		{"ErrCanceled", mp.ErrCanceled, backend.ErrCanceled, errs.ErrCanceled, nil, "request canceled"},
 	}
 	for i, c := range cases {
 		assert.Same(t, c.leaf, c.mp, "mp.%s", c.name)

@@ -11,12 +11,14 @@ import (
 )
 
 // Request is a pending non-blocking operation, returned by Isend and
-// Irecv. Wait, Test, WaitAll, WaitAny and TestAll complete it; until one of
-// them reports completion, the operation's buffer belongs to the library.
+// Irecv. Wait, Test, WaitAll, WaitAny, WaitSome, TestAll and TestAny
+// complete it; until one of them reports completion, the operation's
+// buffer belongs to the library. Cancel cancels a receive that has not
+// matched a message.
 //
 // A Request is safe for concurrent use. Once its completion has been
 // reported, Wait and Test keep returning the same status and error, and the
-// request counts as inactive for WaitAny.
+// request counts as inactive for WaitAny, WaitSome and TestAny.
 type Request struct {
 	c    *Comm
 	op   string
@@ -128,7 +130,8 @@ func (q *Request) Done() <-chan struct{} {
 	return ch
 }
 
-// active reports whether the request's completion is yet to be reported.
+// active reports whether the request's completion is yet to be reported
+// (by Wait, Test, WaitAny, WaitSome, TestAny or TestAll).
 func (q *Request) active() bool {
 	if q == nil {
 		return false
@@ -174,7 +177,8 @@ func TestAll(reqs ...*Request) (bool, error) {
 
 // WaitAny blocks until one of the active requests completes and returns
 // its index, status and error. A request is active until its completion
-// has been reported (by Wait, Test, WaitAny or TestAll); nil and inactive
+// has been reported (by Wait, Test, WaitAny, WaitSome, TestAny or
+// TestAll); nil and inactive
 // requests are skipped, so calling WaitAny repeatedly on the same list
 // yields each request once. With no active request it returns -1 and no
 // error at once.
@@ -232,4 +236,69 @@ func waitAnyBlocking(reqs []*Request, timeout time.Duration) (int, bool) {
 		return index[0], false
 	}
 	return index[chosen], true
+}
+
+// TestAny reports, without blocking, whether one of the active requests
+// has completed, as MPI_Testany: it returns the index of the first one in
+// reqs that has (that request's completion is then reported, so it is no
+// longer active), done true, and its status and error as its Wait would.
+// It returns what Test returns after the index, as WaitAny returns what
+// Wait returns after it. Active, nil and inactive requests are as for
+// WaitAny: calling TestAny repeatedly on the same list yields each
+// request once. When requests are active and none has completed, it
+// returns -1 and done false; with no active request (all nil or already
+// reported), -1 and done true, as MPI reports MPI_UNDEFINED with the flag
+// set.
+func TestAny(reqs ...*Request) (index int, done bool, st Status, err error) {
+	anyActive := false
+	for i, q := range reqs {
+		if !q.active() {
+			continue
+		}
+		anyActive = true
+		if done, st, err := q.Test(); done {
+			return i, true, st, err
+		}
+	}
+	return -1, !anyActive, Status{}, nil
+}
+
+// WaitSome blocks until at least one of the active requests completes and
+// returns the indices, in increasing order, of every active request that
+// has completed by then, as MPI_Waitsome; their completion is reported,
+// so they are no longer active. Active, nil and inactive requests are as
+// for WaitAny, and the wait is bounded as WaitAny's is. With no active
+// request it returns nil and no error at once.
+//
+// Errors are per request: each request's status and error stay available
+// from its Wait. The error WaitSome returns joins the errors of the
+// requests it reports (errors.Is finds each sentinel, as for WaitAll); nil
+// when all of them succeeded. One request's failure never hides another's
+// completion.
+func WaitSome(reqs ...*Request) ([]int, error) {
+	first, _, err := WaitAny(reqs...)
+	if first < 0 {
+		return nil, nil
+	}
+	var idx []int
+	var errs []error
+	for i, q := range reqs {
+		if i == first {
+			idx = append(idx, i)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if !q.active() {
+			continue
+		}
+		if done, _, err := q.Test(); done {
+			idx = append(idx, i)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return idx, errors.Join(errs...)
 }

@@ -78,6 +78,7 @@ package nccl
 //	launch.go            launching: the queue built into groups, one per channel, and handed to the engine
 //	match.go             matching in checked mode: receives and announced messages by tag, early messages, Iprobe, verdicts
 //	self.go              messages a rank sends itself, matched and copied in memory
+//	cancel.go            Cancel: a receive taken back before it matched or was issued
 //	coll.go              Collective: NCCL's collectives on the communicator of every rank
 //	waiton.go            the caller's CUDA streams: WaitOn, IsendOn and IrecvOn
 //	failure.go           failure: a channel failed and aborted, a rank lost, Abort

@@ -25,6 +25,7 @@
 //	wire.go       the frames: kinds, flags, Header, DecodeHeader
 //	isend.go      sending: eager, RTS, self-sends, the DATA of a rendezvous
 //	irecv.go      posting a receive
+//	cancel.go     canceling a receive that has not matched
 //	match.go      the queues, matching, the verdict, accepting a rendezvous
 //	arrive.go     a peer's frames arriving: Peer.Arrive, Broken
 //	progress.go   the waiting goroutine's polling

@@ -36,6 +36,9 @@ var (
 	// ErrEncode: a Go value cannot be encoded for a message (a channel or
 	// a function in it, a struct with no exported fields).
 	ErrEncode = errors.New("value cannot be encoded")
+	// ErrCanceled: a receive was canceled (Request.Cancel) before a
+	// message matched it; it received nothing.
+	ErrCanceled = errors.New("request canceled")
 )
 
 // ErrPeerClosed is wrapped, beside ErrPeerLost, in the error of operations
