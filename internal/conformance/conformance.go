@@ -82,6 +82,7 @@ func Cases() []Case {
 		selfCases(),
 		exchangeCases(),
 		requestCases(),
+		cancelCases(),
 		concurrencyCases(),
 		errorCases(),
 		barrierCases(),

@@ -17,6 +17,8 @@ func requestCases() []Case {
 		{Name: "Requests/Many", MinRanks: 2, Run: requestsMany},
 		{Name: "Requests/WaitAny", MinRanks: 2, Run: requestsWaitAny},
 		{Name: "Requests/TestAll", MinRanks: 2, Run: requestsTestAll},
+		{Name: "Requests/TestAny", MinRanks: 2, Run: requestsTestAny},
+		{Name: "Requests/WaitSome", MinRanks: 2, Run: requestsWaitSome},
 		{Name: "Requests/TestPoll", MinRanks: 2, Run: requestsTestPoll},
 		{Name: "Requests/Done", MinRanks: 2, Run: requestsDone},
 		{Name: "Requests/WaitTwice", MinRanks: 2, Run: requestsWaitTwice},
@@ -384,4 +386,133 @@ func requestsNone(t T, c *mp.Comm) {
 	noPanic(t, "(*Request)(nil).Done", func() {
 		assert.True(t, waitDone(q.Done()))
 	})
+}
+
+// requestsTestAny: TestAny over nil, pending, canceled and completed
+// requests (in the receiver's list of 4: nil, then tag 1's, a nil that
+// becomes tag 2's, and a canceled one) reports the completed ones one at a time, pending ones as not
+// done, and -1 with done true once none is active.
+func requestsTestAny(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	if c.Rank() == 0 {
+		for tag := 1; tag <= 2; tag++ {
+			if !heard(t, c, peer) {
+				return
+			}
+			require.NoError(t, mp.Send(c, []int32{int32(tag)}, peer, tag))
+		}
+		return
+	}
+	// The receive of tag 2 is posted once tag 1's has completed: on nccl
+	// without checks, receives issued together complete together.
+	a, b := []int32{-1}, []int32{-1}
+	reqs := []*mp.Request{nil, mp.Irecv(c, a, peer, 1), nil, mp.Irecv(c, make([]int32, 1), peer, 9)}
+	require.NoError(t, reqs[3].Cancel())
+	i, done, st, err := mp.TestAny(reqs...)
+	require.Equal(t, 3, i, "TestAny with only the canceled receive complete")
+	assert.True(t, done)
+	assert.Equal(t, mp.Status{}, st)
+	isErr(t, err, mp.ErrCanceled, "TestAny of the canceled receive")
+	i, done, _, err = mp.TestAny(reqs...)
+	assert.Equal(t, -1, i, "TestAny before anything was sent")
+	assert.False(t, done, "TestAny before anything was sent")
+	assert.NoError(t, err)
+	poll := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(pollLimit)
+		for {
+			i, done, st, err := mp.TestAny(reqs...)
+			if done {
+				require.Equal(t, want, i, "TestAny once a message was sent")
+				require.NoError(t, err)
+				assert.Equal(t, mp.Status{Source: peer, Tag: want, Count: 1}, st)
+				return
+			}
+			require.Equal(t, -1, i, "TestAny not done")
+			require.True(t, time.Now().Before(deadline), "TestAny still not done after %v", pollLimit)
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	tell(t, c, true, peer)
+	poll(1)
+	assert.Equal(t, []int32{1}, a)
+	reqs[2] = mp.Irecv(c, b, peer, 2)
+	i, done, _, _ = mp.TestAny(reqs...)
+	assert.Equal(t, -1, i, "TestAny with the second message not sent")
+	assert.False(t, done, "TestAny with the second message not sent")
+	tell(t, c, true, peer)
+	poll(2)
+	assert.Equal(t, []int32{2}, b)
+	i, done, st, err = mp.TestAny(reqs...)
+	assert.Equal(t, -1, i, "TestAny with every completion reported")
+	assert.True(t, done, "TestAny with every completion reported")
+	assert.Equal(t, mp.Status{}, st)
+	assert.NoError(t, err)
+	i, done, _, _ = mp.TestAny()
+	assert.Equal(t, -1, i, "TestAny of nothing")
+	assert.True(t, done, "TestAny of nothing")
+}
+
+// requestsWaitSome: WaitSome returns the indices of every request that has
+// completed (at least one), each once, with the errors of those that
+// failed joined; nil once none is active.
+func requestsWaitSome(t T, c *mp.Comm) {
+	peer, ok := pair(c)
+	if !ok {
+		return
+	}
+	const k = 4
+	if c.Rank() == 0 {
+		if !heard(t, c, peer) {
+			return
+		}
+		for tag := range k {
+			require.NoError(t, mp.Send(c, []int32{int32(10 + tag)}, peer, tag))
+		}
+		tell(t, c, true, peer) // all sent
+		return
+	}
+	bufs := make([][]int32, k)
+	reqs := make([]*mp.Request, k+2) // reqs[k] stays nil
+	for tag := range k {
+		bufs[tag] = []int32{-1}
+		reqs[tag] = mp.Irecv(c, bufs[tag], peer, tag)
+	}
+	reqs[k+1] = mp.Irecv(c, make([]int32, 1), peer, 9)
+	require.NoError(t, reqs[k+1].Cancel())
+	idx, err := mp.WaitSome(reqs...)
+	assert.Equal(t, []int{k + 1}, idx, "WaitSome with only the canceled receive complete")
+	isErr(t, err, mp.ErrCanceled, "WaitSome reporting the canceled receive")
+	tell(t, c, true, peer)
+	if !heard(t, c, peer) {
+		return
+	}
+	seen := make([]bool, len(reqs))
+	for got, calls := 0, 0; got < k; calls++ {
+		idx, err := mp.WaitSome(reqs...)
+		require.NoError(t, err)
+		require.NotEmpty(t, idx, "WaitSome returned nothing with %d requests active", k-got)
+		if calls == 0 && hostBackend(c) {
+			// Every message arrived before the one that said they were
+			// sent: all have completed.
+			assert.Equal(t, []int{0, 1, 2, 3}, idx, "WaitSome once every message arrived")
+		}
+		for j, i := range idx {
+			require.True(t, i >= 0 && i < k, "WaitSome returned index %d", i)
+			require.False(t, seen[i], "WaitSome returned request %d twice", i)
+			require.True(t, j == 0 || idx[j-1] < i, "WaitSome's indices are not increasing: %v", idx)
+			seen[i] = true
+			st, err := reqs[i].Wait()
+			require.NoError(t, err)
+			assert.Equal(t, mp.Status{Source: peer, Tag: i, Count: 1}, st)
+			assert.Equal(t, []int32{int32(10 + i)}, bufs[i])
+		}
+		got += len(idx)
+	}
+	idx, err = mp.WaitSome(reqs...)
+	assert.Nil(t, idx, "WaitSome with every completion reported")
+	assert.NoError(t, err)
 }
