@@ -108,6 +108,40 @@ func ExampleWaitAny() {
 	// Output: sum 60
 }
 
+// A receive posted for a message that may never come (here a stop signal)
+// is canceled once it is no longer wanted: its Wait reports ErrCanceled,
+// and a message sent later goes to the next receive.
+func ExampleRequest_Cancel() {
+	err := ranktest.Go(2, func(comm *mp.Comm) error {
+		stop := []byte{0}
+		if comm.Rank() == 0 {
+			if err := mp.Barrier(comm); err != nil {
+				return err
+			}
+			return mp.Send(comm, []byte{1}, 1, 9)
+		}
+		q := mp.Irecv(comm, stop, 0, 9)
+		// … the work ends without a stop signal …
+		if err := q.Cancel(); err != nil {
+			return err
+		}
+		_, err := q.Wait()
+		fmt.Println("canceled:", errors.Is(err, mp.ErrCanceled))
+		if err := mp.Barrier(comm); err != nil {
+			return err
+		}
+		_, err = mp.Recv(comm, stop, 0, 9)
+		fmt.Println("the next receive got", stop[0])
+		return err
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// canceled: true
+	// the next receive got 1
+}
+
 // Every rank contributes a vector; Allreduce leaves the element-wise sum
 // on every rank. Allgather collects one block from each rank, in rank
 // order.
