@@ -23,7 +23,11 @@
 //
 // Completion: blocking calls return when the buffer may be reused. Isend
 // and Irecv return a *Request; its buffer belongs to the library until
-// Wait, Test, WaitAll, WaitAny or TestAll report completion. Operations
+// Wait, Test, WaitAll, WaitAny, WaitSome, TestAll or TestAny report
+// completion. Request.Cancel takes back a receive no message has matched
+// yet: it completes with ErrCanceled and the message goes to the next
+// matching receive; a matched receive completes normally, and a send cannot
+// be canceled (ErrNotSupported). Operations
 // posted before a wait are in progress together, so exchanges that are
 // valid MPI (both ranks Isend and Irecv, then wait) never deadlock. Sending
 // to one's own rank works, blocking or not.
