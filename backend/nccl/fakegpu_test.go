@@ -447,3 +447,30 @@ func TestFakeGPUChildFault(t *testing.T) {
 		t.Errorf("the fault was noticed after %v", took)
 	}
 }
+
+// TestFakeGPUChildCollectives: collChecks on the fake GPU, 2 and 3 ranks;
+// and with CollectivesEnv=0, no communicator of every rank and ErrSkip.
+func TestFakeGPUChildCollectives(t *testing.T) {
+	fakeGPUChild(t)
+	for _, n := range []int{2, 3} {
+		cs := realJob(t, n, false)
+		ranks(cs, func(r int, c *conn) {
+			if !c.world {
+				t.Errorf("rank %d: no communicator of every rank", r)
+				return
+			}
+			collChecks(t, c)
+		})
+	}
+	t.Setenv(CollectivesEnv, "0")
+	cs := realJob(t, 2, false)
+	ranks(cs, func(r int, c *conn) {
+		x := []float32{1}
+		if c.world || c.eng.(*device).comms[worldChan(2)] != 0 {
+			t.Errorf("rank %d: %s=0, and the communicator of every rank was made", r, CollectivesEnv)
+		}
+		if _, err := c.Collective(backend.Coll{Kind: backend.Allreduce, Send: bufOf(x, backend.Float32), Recv: bufOf(x, backend.Float32), Op: backend.Sum}); !errors.Is(err, backend.ErrSkip) {
+			t.Errorf("rank %d: %s=0: Collective: %v, want ErrSkip", r, CollectivesEnv, err)
+		}
+	})
+}
