@@ -50,6 +50,10 @@ var (
 	// message matched it. It received nothing, and the message it would
 	// have taken goes to the next matching receive.
 	ErrCanceled = errs.ErrCanceled
+	// ErrPeerClosed marks, beside ErrPeerLost, a peer that closed its
+	// communicator in order (Close) rather than failing: errors.Is(err,
+	// ErrPeerClosed) tells a finished peer from a dead one.
+	ErrPeerClosed = errs.ErrPeerClosed
 )
 
 // OpError is the error of a message call: which operation, on which rank,

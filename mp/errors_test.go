@@ -47,6 +47,7 @@ func TestSentinelsAreTheLeafsValues(t *testing.T) {
 	}
 	// The "peer closed" signal of the contract is the leaf's too.
 	assert.Same(t, errs.ErrPeerClosed, backend.ErrPeerClosed)
+	assert.Same(t, errs.ErrPeerClosed, mp.ErrPeerClosed)
 }
 
 // A CUDA error that says CUDA cannot run here matches mp.ErrNotSupported
