@@ -79,7 +79,8 @@ func (e *OpError) Error() string {
 		s += " on rank " + strconv.Itoa(e.Rank)
 	}
 	switch {
-	case e.Peer == AnySource && e.Op != "init":
+	case e.Peer == AnySource && (e.Op == "recv" || e.Op == "probe"):
+		// Only a receive has a wildcard source; elsewhere -1 is "none".
 		s += " from any source"
 	case e.Peer >= 0 && e.Op == "send":
 		s += " to rank " + strconv.Itoa(e.Peer)

@@ -84,3 +84,12 @@ func TestOpErrorTimeout(t *testing.T) {
 	assert.False(t, (&mp.OpError{Op: "recv", Err: mp.ErrPeerLost}).Timeout())
 	assert.False(t, (*mp.OpError)(nil).Timeout())
 }
+
+// An OpError names a wildcard source only for a receive or a probe; a
+// collective's peer of -1 means none.
+func TestOpErrorWildcardSource(t *testing.T) {
+	recv := &mp.OpError{Op: "recv", Rank: 0, Peer: mp.AnySource, Tag: 3, Backend: "tcp", Err: mp.ErrTimeout}
+	assert.Equal(t, "courier: recv (tcp) on rank 0 from any source, tag 3: "+mp.ErrTimeout.Error(), recv.Error())
+	coll := &mp.OpError{Op: "allreduce", Rank: 0, Peer: -1, Tag: -1, Backend: "tcp", Err: mp.ErrPeerLost}
+	assert.Equal(t, "courier: allreduce (tcp) on rank 0: "+mp.ErrPeerLost.Error(), coll.Error())
+}
