@@ -1,16 +1,3 @@
-// Package tcp is courier's host backend: the TCP link between ranks (one
-// connection per pair, its frames specified in PROTOCOL.md beside this
-// file) under the matching engine of internal/engine, and the Open that
-// connects a job: TCP between hosts and, for the "host" driver, shared
-// memory (backend/shm) between the ranks of one host.
-//
-// It is registered as "tcp" (TCP between every pair) and "host" (shared
-// memory where it can, TCP elsewhere; COURIER_TRANSPORTS=tcp forces TCP);
-// programs reach it through package mp (COURIER_BACKEND), not directly.
-// When every rank of a job is on one host, the host driver's communicator
-// also runs small collectives through shared memory (backend.Collectives,
-// hostconn.go; backend/shm's Coll). New, which takes ready connections, is
-// for tests and for transports layered on other streams.
 package tcp
 
 import (
