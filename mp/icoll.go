@@ -1,9 +1,7 @@
 package mp
 
 import (
-	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -24,12 +22,12 @@ import (
 // at once, before anything starts, with a nil *Request; every other error
 // reaches the request's Wait. The Status of a collective request is zero.
 //
-// How they run. Where the transport runs the collective itself (nccl),
-// the call starts it there, as the blocking form would, and the request
-// wraps the transport's: the GPU works while the CPU goes on, and WaitOn
-// makes a stream wait without the CPU. Elsewhere a goroutine of the
-// communicator runs mp's point-to-point algorithm for it (the same one the
-// blocking form uses, so the results are bit for bit the same). The
+// How they run. A goroutine of the communicator runs each one as its
+// blocking form would (the same path and algorithm, so the results are
+// bit for bit the same): on the transport where it runs the collective
+// itself (nccl; shared memory on the host backend), else over
+// point-to-point messages. WaitOn waits on the CPU (the stream then waits
+// for nothing more). The
 // collectives of one rank run one at a time in their start order, the
 // blocking ones waiting their turn behind the non-blocking ones started
 // before them: their messages share one tag, so two at once could match
@@ -45,7 +43,8 @@ import (
 // Cost: a non-blocking collective over point-to-point allocates its
 // Request and a job (with its channel), three small allocations, plus
 // what the algorithm allocates (nothing in steady state, as for the
-// blocking forms); on nccl, the Request and the job. The blocking forms
+// blocking forms), and the worker goroutine when none is running. The
+// blocking forms
 // stay at zero allocations.
 
 // Ibarrier starts a barrier: the request completes when every rank has
@@ -229,21 +228,7 @@ func (j *collJob) Done() <-chan struct{} { return j.done }
 // Release does nothing: a job is not reused.
 func (j *collJob) Release() {}
 
-// direct reports whether the transport may be asked to run co itself,
-// started on the caller's goroutine (as runColl would ask it).
-func (c *Comm) direct(co backend.Coll) (backend.Collectives, bool) {
-	cc, ok := c.conn.(backend.Collectives)
-	if !ok || c.size == 1 || c.check {
-		return nil, false
-	}
-	if co.Kind != backend.Barrier && co.Send.Count == 0 && co.Recv.Count == 0 {
-		return nil, false
-	}
-	return cc, true
-}
-
-// startColl starts a validated non-blocking collective: on the transport
-// when it runs it and the collective's turn has come, else on the
+// startColl starts a validated non-blocking collective on the
 // communicator's worker. peer is its root (-1: none).
 func (c *Comm) startColl(co backend.Coll, peer int) (*Request, error) {
 	name := icollName(co.Kind)
@@ -256,28 +241,7 @@ func (c *Comm) startColl(co backend.Coll, peer int) (*Request, error) {
 		return nil, c.opErr(name, peer, -1, fmt.Errorf("%w: the communicator is closed", ErrClosed))
 	}
 	j.ticket = o.take()
-	if cc, ok := c.direct(co); ok && o.served == j.ticket {
-		// This collective's turn: nothing runs before it. Start it on the
-		// transport, which orders it after the ones it runs already.
-		o.mu.Unlock()
-		c.collPC = co.Caller
-		r, err := cc.Collective(co)
-		if err == nil || !errors.Is(err, backend.ErrSkip) {
-			c.collUnlock()
-			if err != nil {
-				req.fail(err)
-			}
-			req.r = r
-			return req, nil
-		}
-		// The transport does not run this one: the worker does, first (the
-		// turn is still this collective's; later ones queue behind it).
-		o.mu.Lock()
-		o.queue = slices.Insert(o.queue, 0, j)
-		o.cond.Broadcast() // a worker may be waiting on the one behind
-	} else {
-		o.queue = append(o.queue, j)
-	}
+	o.queue = append(o.queue, j)
 	j.done = make(chan struct{})
 	req.r = j
 	if !o.worker {
