@@ -36,13 +36,12 @@ func Allgatherv[B Buffer](c *Comm, send, recv B, counts []int) error {
 	if err := sameMemory(co.Send, co.Recv); err != nil {
 		return c.opErr("allgatherv", -1, -1, err)
 	}
-	c.collMu.Lock()
-	defer c.collMu.Unlock()
-	c.collPC = co.Caller
+	c.collLock(co.Caller)
+	defer c.collUnlock()
 	return c.opErr("allgatherv", -1, -1, c.runAllgatherv(co, counts))
 }
 
-// runAllgatherv is Allgatherv's part under collMu, after the checks every
+// runAllgatherv is Allgatherv's part in its turn, after the checks every
 // rank makes alike.
 func (c *Comm) runAllgatherv(co backend.Coll, counts []int) error {
 	p, r := c.size, c.rank

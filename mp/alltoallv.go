@@ -33,13 +33,12 @@ func Alltoallv[B Buffer](c *Comm, send B, sendCounts []int, recv B, recvCounts [
 	if c == nil {
 		return c.opErr("alltoallv", -1, -1, invalidf("nil *Comm"))
 	}
-	c.collMu.Lock()
-	defer c.collMu.Unlock()
-	c.collPC = co.Caller
+	c.collLock(co.Caller)
+	defer c.collUnlock()
 	return c.opErr("alltoallv", -1, -1, c.runAlltoallv(co, sendCounts, recvCounts))
 }
 
-// runAlltoallv is Alltoallv's part under collMu.
+// runAlltoallv is Alltoallv's part in its turn.
 func (c *Comm) runAlltoallv(co backend.Coll, sendCounts, recvCounts []int) error {
 	p, r := c.size, c.rank
 	bad := checkCounts("sendCounts", sendCounts, p, co.Send.Count, "send")

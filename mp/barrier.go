@@ -22,18 +22,24 @@ func Barrier(c *Comm) error {
 	if c == nil {
 		return c.opErr("barrier", -1, -1, invalidf("nil *Comm"))
 	}
-	c.collMu.Lock()
-	defer c.collMu.Unlock()
-	c.collPC = callerPC()
+	c.collLock(callerPC())
+	defer c.collUnlock()
+	peer, err := c.runBarrier()
+	return c.opErr("barrier", peer, -1, err)
+}
+
+// runBarrier is Barrier's part in its turn; it returns the peer an error
+// came from (-1: none).
+func (c *Comm) runBarrier() (int, error) {
 	if cc, ok := c.conn.(backend.Collectives); ok && c.size > 1 {
 		r, err := cc.Collective(backend.Coll{Kind: backend.Barrier, Caller: c.collPC})
 		if err == nil {
 			_, err = c.wait(r)
 			r.Release()
-			return c.opErr("barrier", -1, -1, err)
+			return -1, err
 		}
 		if !errors.Is(err, backend.ErrSkip) {
-			return c.opErr("barrier", -1, -1, err)
+			return -1, err
 		}
 	}
 	// The one-byte token and the byte it is received into, in scratch
@@ -47,9 +53,9 @@ func Barrier(c *Comm) error {
 		from := (c.rank - dist + c.size) % c.size
 		if peer, err := c.exchange(token, to, got, from); err != nil {
 			s.release(err)
-			return c.opErr("barrier", peer, -1, err)
+			return peer, err
 		}
 	}
 	s.release(nil)
-	return nil
+	return -1, nil
 }

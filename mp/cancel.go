@@ -28,10 +28,18 @@ import (
 // the communicator (or a blocking call), after which Cancel does nothing;
 // with checks, until the sender has announced the message it matches.
 //
+// Cancel of a non-blocking collective (Iallreduce, …) returns an error
+// matching ErrNotSupported, as MPI does not cancel collectives, and the
+// collective goes on.
+//
 // Cancel does not block.
 func (q *Request) Cancel() error {
 	if q == nil {
 		return &OpError{Op: "cancel", Rank: -1, Peer: -1, Tag: -1, Err: invalidf("nil *Request")}
+	}
+	if q.coll {
+		return q.c.opErr("cancel", q.peer, q.tag,
+			fmt.Errorf("%w: a collective (%s) cannot be canceled; it goes on", ErrNotSupported, q.op))
 	}
 	if q.op != opRecv.String() {
 		return q.c.opErr("cancel", q.peer, q.tag,

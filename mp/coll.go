@@ -125,9 +125,8 @@ func (c *Comm) collective(co backend.Coll) error {
 	if err := c.checkColl(&co); err != nil {
 		return c.opErr(name, peer, -1, err)
 	}
-	c.collMu.Lock()
-	defer c.collMu.Unlock()
-	c.collPC = co.Caller
+	c.collLock(co.Caller)
+	defer c.collUnlock()
 	return c.opErr(name, peer, -1, c.runColl(co))
 }
 

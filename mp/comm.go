@@ -45,10 +45,12 @@ type Comm struct {
 	job         backend.Job
 	env         func(string) string
 
-	// collMu lets one collective (or Barrier) of this rank run at a
-	// time: their messages share one tag. collPC, under it, is the
-	// program's call of the one running (its messages report it).
-	collMu sync.Mutex
+	// order lets one collective (or Barrier) of this rank run at a
+	// time, in their start order, blocking and non-blocking (icoll.go):
+	// their messages share one tag. collPC, written in a collective's
+	// turn, is the program's call of the one running (its messages report
+	// it).
+	order  collOrder
 	collPC uintptr
 
 	closeOnce sync.Once
@@ -290,7 +292,8 @@ func (c *Comm) Timeout() time.Duration {
 // Checked reports whether envelope checks are on (COURIER_CHECK=1).
 func (c *Comm) Checked() bool { return c != nil && c.check }
 
-// Close leaves the communicator: pending requests end with ErrClosed, peers
+// Close leaves the communicator: pending requests end with ErrClosed
+// (non-blocking collectives too, the one running and those queued), peers
 // are told this rank left, and every goroutine the communicator started has
 // returned when Close returns. Close is idempotent and returns the same
 // error every time. It then calls bootstrap.Finalize, which in a build with
@@ -301,7 +304,9 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	c.closeOnce.Do(func() {
+		c.closeColl()
 		err := c.conn.Close()
+		c.waitColl()
 		if ferr := bootstrap.Finalize(); ferr != nil {
 			err = errors.Join(err, ferr)
 		}

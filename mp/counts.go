@@ -126,13 +126,12 @@ func (c *Comm) rootedV(co backend.Coll, counts []int) error {
 	if co.Root < 0 || co.Root >= c.size {
 		return c.opErr(name, co.Root, -1, invalidf("root %d is not in [0, %d)", co.Root, c.size))
 	}
-	c.collMu.Lock()
-	defer c.collMu.Unlock()
-	c.collPC = co.Caller
+	c.collLock(co.Caller)
+	defer c.collUnlock()
 	return c.opErr(name, co.Root, -1, c.runRootedV(co, counts))
 }
 
-// runRootedV is rootedV's part under collMu.
+// runRootedV is rootedV's part in its turn.
 func (c *Comm) runRootedV(co backend.Coll, counts []int) error {
 	p, r, root := c.size, c.rank, co.Root
 	gather := co.Kind == backend.Gatherv

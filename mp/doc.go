@@ -80,6 +80,18 @@
 // counts are the same on every rank, and Alltoallv's ranks exchange each
 // pair's counts first.
 //
+// # Non-blocking collectives
+//
+// Ibarrier, Ibcast, Ireduce, Iallreduce, Iallgather, IreduceScatter and
+// Ialltoall start a collective and return a *Request at once; it goes on
+// while the program computes (a goroutine of the communicator runs it, or
+// the transport does) and completes with Wait, Test, WaitAll, WaitAny,
+// TestAny, WaitSome or WaitOn, as a point-to-point request does. Every
+// rank starts the collectives, blocking and not, in the same order;
+// several may be in flight; the buffers are the library's until the
+// request completes. Each gives the bits its blocking form gives. Cancel
+// on one is ErrNotSupported; Close ends those in flight with ErrClosed.
+//
 // # Go values
 //
 // SendValue, RecvValue and BcastValue carry any Go value encoding/gob

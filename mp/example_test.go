@@ -213,3 +213,29 @@ func ExampleSendValue() {
 	}
 	// Output: {Name:relax Params:map[omega:1.5] Steps:[10 20]} from rank 1, tag 3
 }
+
+func ExampleIallreduce() {
+	err := ranktest.Go(4, func(comm *mp.Comm) error {
+		grad := []float64{float64(comm.Rank()), 1}
+		req, err := mp.Iallreduce(comm, grad, grad, mp.Sum) // in place
+		if err != nil {
+			return err
+		}
+		// Compute while the sum goes on; grad is not touched until Wait.
+		local := 0
+		for i := range 1000 {
+			local += i
+		}
+		if _, err := req.Wait(); err != nil {
+			return err
+		}
+		if comm.Rank() == 0 {
+			fmt.Println(grad, local)
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: [6 4] 499500
+}

@@ -11,7 +11,7 @@ import (
 )
 
 // Request is a pending non-blocking operation, returned by Isend and
-// Irecv. Wait, Test, WaitAll, WaitAny, WaitSome, TestAll and TestAny
+// Irecv and by the non-blocking collectives (Iallreduce, …). Wait, Test, WaitAll, WaitAny, WaitSome, TestAll and TestAny
 // complete it; until one of them reports completion, the operation's
 // buffer belongs to the library. Cancel cancels a receive that has not
 // matched a message.
@@ -24,6 +24,7 @@ type Request struct {
 	op   string
 	peer int
 	tag  int
+	coll bool // a non-blocking collective's (icoll.go)
 
 	mu       sync.Mutex
 	r        backend.Request // nil once released

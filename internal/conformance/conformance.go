@@ -88,6 +88,7 @@ func Cases() []Case {
 		barrierCases(),
 		collectiveCases(),
 		vcollectiveCases(),
+		icollectiveCases(),
 		valueCases(),
 	} {
 		all = append(all, group...)
