@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/courier-mp/courier/backend/nccl"
 	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/internal/bench"
 	"github.com/courier-mp/courier/internal/conformance"
@@ -19,7 +20,7 @@ import (
 // TestFakeGPUChildConformance runs the conformance suite with the real
 // nccl driver on the fake GPU library (see TestFakeGPU, which starts this
 // in a child process): with checks, every case on 2, 3 and 4 ranks (each
-// with a fake GPU of its own); without,
+// with a fake GPU of its own; 2 alone under the race detector); without,
 // the cases that do not need them.
 func TestFakeGPUChildConformance(t *testing.T) {
 	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
@@ -34,7 +35,11 @@ func TestFakeGPUChildConformance(t *testing.T) {
 		}
 	}
 	t.Run("checked", func(t *testing.T) {
-		for _, n := range []int{2, 3, 4} {
+		counts := []int{2, 3, 4}
+		if nccl.RaceEnabled {
+			counts = []int{2} // minutes under the race detector; 3 and 4 run in the plain step
+		}
+		for _, n := range counts {
 			conformance.Run(t, n, runner(mp.WithCheck(true)))
 		}
 	})
