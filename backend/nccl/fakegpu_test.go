@@ -58,12 +58,12 @@ func TestFakeGPU(t *testing.T) {
 	// (whose groups the fake leaves in progress now and then), a driver
 	// without stream memory operations (so completion falls back to
 	// events) and a stream per direction.
-	// Under the race detector the conformance suite runs in the first
-	// configuration only (it takes minutes there; every configuration
-	// runs it in the plain test step).
+	// Under the race detector the conformance suite and the bench
+	// patterns run in the first configuration only (they take minutes
+	// there; every configuration runs them in the plain test step).
 	second := "^TestFakeGPUChild"
 	if raceEnabled {
-		second = "^TestFakeGPUChild(Collectives|Error|Bench|Device|Allocs|OpenBounded|Fault)$"
+		second = "^TestFakeGPUChild(Collectives|Error|Device|Allocs|OpenBounded|Fault)$"
 	}
 	for _, run := range []struct{ tests, blocking, noMemOps, events, shared string }{
 		{"^TestFakeGPUChild", "", "", "", ""},
