@@ -54,18 +54,8 @@ func (c *Comm) runAlltoallv(co backend.Coll, sendCounts, recvCounts []int) error
 	if bad == nil && sendCounts[r] != recvCounts[r] {
 		bad = invalidf("sendCounts[%d] is %d but recvCounts[%d] is %d: this rank's block to itself", r, sendCounts[r], r, recvCounts[r])
 	}
-	if p == 1 {
-		if bad != nil {
-			return bad
-		}
-		return copyLocal(co.Recv, co.Send)
-	}
-	if c.check {
-		desc := co
-		desc.Send.Count = 0 // the counts are each rank's own
-		if err := c.agree(desc); err != nil {
-			return err
-		}
+	if done, err := c.beginV(co, bad); done {
+		return err
 	}
 	// The counts of each pair, this rank's to rank k at [2k, 2k+2) of
 	// out (what it sends k, what it expects from k), or −1 when they are

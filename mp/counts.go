@@ -155,18 +155,8 @@ func (c *Comm) runRootedV(co backend.Coll, counts []int) error {
 	} else {
 		*all = emptyLike(*mine)
 	}
-	if p == 1 {
-		if bad != nil {
-			return bad
-		}
-		return copyLocal(co.Recv, co.Send)
-	}
-	if c.check {
-		desc := co
-		desc.Send.Count = 0 // the counts are the root's alone
-		if err := c.agree(desc); err != nil {
-			return err
-		}
+	if done, err := c.beginV(co, bad); done {
+		return err
 	}
 	s := getScratch(8 * int64(2*p+2))
 	hdr := s.buf(0, backend.Int64, int64(p+1))
@@ -241,4 +231,27 @@ func sumTo(counts []int, k int) int {
 // isBlock reports whether b is the part of all from element off on.
 func isBlock(b, all backend.Buffer, off int64) bool {
 	return uintptr(b.Ptr) == uintptr(all.Ptr)+uintptr(off*int64(all.Type.Size()))
+}
+
+// beginV is the start Gatherv, Scatterv and Alltoallv share once a rank
+// has checked its own arguments (bad): on one rank the call ends here
+// (bad, or send copied to receive); with checks, every rank agrees on the
+// call but not on its counts, which are the root's alone or each rank's
+// own, and which the collective itself exchanges. done reports that the
+// call is over, with err.
+func (c *Comm) beginV(co backend.Coll, bad error) (done bool, err error) {
+	if c.size == 1 {
+		if bad != nil {
+			return true, bad
+		}
+		return true, copyLocal(co.Recv, co.Send)
+	}
+	if c.check {
+		desc := co
+		desc.Send.Count = 0
+		if err := c.agree(desc); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
 }

@@ -285,7 +285,6 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 		return fail(err)
 	}
 	l.pull = ans[0] == 1
-	l.copy = h.copy
 	return nil
 }
 

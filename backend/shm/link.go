@@ -36,7 +36,6 @@ type link struct {
 	uc       *net.UnixConn
 	eager    int64
 	pull     bool // the peer can read this rank's memory: offer it large sends
-	copy     Copy // the hub's Options.Copy
 	read     atomic.Bool
 	dead     atomic.Bool
 
@@ -268,7 +267,7 @@ func (l *link) fail(err error) {
 
 // PullAddr implements engine.Puller.
 func (l *link) PullAddr(buf []byte, tag int) (uint64, bool) {
-	if !l.pull || len(buf) == 0 || (l.copy == CopyAuto && tag >= 0) {
+	if !l.pull || len(buf) == 0 || (l.h.copy == CopyAuto && tag >= 0) {
 		return 0, false
 	}
 	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), true
