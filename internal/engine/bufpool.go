@@ -3,6 +3,7 @@ package engine
 import (
 	"math/bits"
 	"sync"
+	"unsafe"
 )
 
 // Eager payloads that arrive before their receive is posted are held in
@@ -11,11 +12,10 @@ import (
 
 const minClass = 6 // 64 bytes
 
+// bufPools holds, per class, the first bytes of free buffers: a pointer
+// fits in an interface without allocating, and the class gives the
+// capacity, so neither getting nor putting a buffer allocates.
 var bufPools [EagerLog - minClass + 1]sync.Pool
-
-// sliceHeads holds the *[]byte boxes the buffers travel in, emptied, so
-// that putting a buffer back allocates no box.
-var sliceHeads sync.Pool
 
 func classOf(n int) int {
 	if n <= 1<<minClass {
@@ -31,11 +31,8 @@ func getBuf(n int) []byte {
 		return make([]byte, n)
 	}
 	c := classOf(n)
-	if p, ok := bufPools[c].Get().(*[]byte); ok {
-		b := (*p)[:n]
-		*p = nil
-		sliceHeads.Put(p)
-		return b
+	if p, ok := bufPools[c].Get().(*byte); ok {
+		return unsafe.Slice(p, 1<<(c+minClass))[:n]
 	}
 	return make([]byte, n, 1<<(c+minClass))
 }
@@ -49,12 +46,7 @@ func putBuf(b []byte) {
 	if cap(b) != 1<<(c+minClass) {
 		return
 	}
-	p, ok := sliceHeads.Get().(*[]byte)
-	if !ok {
-		p = new([]byte)
-	}
-	*p = b[:0]
-	bufPools[c].Put(p)
+	bufPools[c].Put(unsafe.SliceData(b[:cap(b)]))
 }
 
 // Unexpected messages come from a pool too: one is taken when a message

@@ -135,12 +135,16 @@ func (p *Peer) SendData(j Job, chunk int, write func(h *Header, payload []byte) 
 		return nil
 	}
 	chunk = min(max(chunk, 1), MaxChunk)
+	// The header lives in the request, as sendEager's does: a local
+	// would escape to the heap through write. The RTS it held went out
+	// before the CTS that started this job came back.
+	h := &j.send.hdr
 	var err error
 	if err = p.downErr(); err == nil {
 		for off := 0; off < len(data); off += chunk {
 			n := min(chunk, len(data)-off)
-			h := DataHeader(j, off, n)
-			if err = write(&h, data[off:off+n]); err != nil {
+			*h = DataHeader(j, off, n)
+			if err = write(h, data[off:off+n]); err != nil {
 				err = p.lossError(err)
 				break
 			}
