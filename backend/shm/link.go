@@ -235,7 +235,7 @@ func (l *link) flushOne(ob *outbox, wrote *bool) bool {
 // poll takes what has arrived and flushes what waits, without blocking.
 func (l *link) poll() bool {
 	did := false
-	if !l.dead.Load() && l.rmu.TryLock() {
+	if l.in.Pending() && !l.dead.Load() && l.rmu.TryLock() {
 		if !l.in.Empty() {
 			did = l.drain(64)
 		}

@@ -326,6 +326,13 @@ func (r *Ring) TakeSpaceWanted() bool {
 	return r.wantW.Swap(0) != 0
 }
 
+// Pending reports whether records are committed that the consumer has not
+// consumed: two loads of the shared indices, safe from any goroutine of
+// the consuming process (the consumer's own fields are not read), so a
+// poller may look before it takes the lock that guards Next. Like Empty,
+// it may miss a record that is being committed.
+func (r *Ring) Pending() bool { return r.tailW.Load() != r.headW.Load() }
+
 // Empty reports whether the consumer has nothing to read: at most one
 // load of the producer's index, for pollers. A committed record may still
 // be missed by a load that raced with its Commit; Next is the answer that
