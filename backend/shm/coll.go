@@ -61,6 +61,8 @@ type Coll struct {
 	areas []collArea // by rank
 	peers []*link    // by rank; nil at this rank
 	seq   uint64     // collectives this rank has started here
+	seen  []uint64   // by rank: the sequence word as last read (it only grows); under mu
+	touch byte       // where finish's first reads of the slots land (kept, so not elided)
 	fail  error      // a collective that failed: every later one fails with it
 	calls atomic.Int64
 
@@ -321,7 +323,7 @@ var errNoArea = errors.New("collective area outside the segment")
 // in mine and whose links hold the others'.
 func newColl(h *Hub, mine []byte) *Coll {
 	size := h.e.Size()
-	c := &Coll{h: h, rank: h.e.Rank(), size: size, areas: make([]collArea, size), peers: make([]*link, size)}
+	c := &Coll{h: h, rank: h.e.Rank(), size: size, areas: make([]collArea, size), peers: make([]*link, size), seen: make([]uint64, size)}
 	c.areas[c.rank] = newArea(mine)
 	for _, l := range h.links {
 		c.areas[l.rank], c.peers[l.rank] = l.coll, l

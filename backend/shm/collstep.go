@@ -34,10 +34,18 @@ func (c *Coll) step(r *collReq) bool {
 	b := r.k % collSlots
 	if r.phase == phaseWrite {
 		if writes(&r.co, c.rank) {
+			// Every rank must have entered call k−S+1 (finished reading
+			// the slot's last use). The words only grow, so one read
+			// long enough ago still answers for most calls: each is read
+			// again only when the last value read is too old, not on
+			// every call (each read of a word another rank just wrote is
+			// a cache miss).
 			for j := range c.areas {
-				if j != c.rank && c.areas[j].seq.Load()+collSlots <= r.k {
-					r.waitFor = j
-					return false
+				if j != c.rank && c.seen[j]+collSlots <= r.k {
+					if c.seen[j] = c.areas[j].seq.Load(); c.seen[j]+collSlots <= r.k {
+						r.waitFor = j
+						return false
+					}
 				}
 			}
 			copy(me.slot[b], r.co.Send.Bytes())
@@ -112,6 +120,15 @@ func (c *Coll) finish(r *collReq, b uint64) {
 		}
 		slot := func(j int) backend.Buffer {
 			return backend.Buffer{Ptr: unsafe.Pointer(unsafe.SliceData(c.areas[j].slot[b])), Count: co.Send.Count, Type: co.Send.Type, Mem: backend.Host}
+		}
+		if n := co.Send.Len(); n > 0 && n <= 256 {
+			// A small reduction is a cache miss per slot: take them all
+			// at once before combining, so they overlap.
+			t := byte(0)
+			for j := range c.size {
+				t += c.areas[j].slot[b][0]
+			}
+			c.touch = t
 		}
 		reduce.Combine(co.Recv, slot(0), slot(1), co.Op)
 		for j := 2; j < c.size; j++ {
