@@ -26,10 +26,26 @@ const (
 // MaxTag is the largest tag a message may carry; tags are in [0, MaxTag].
 const MaxTag = backend.MaxTag
 
-// Status describes a completed receive: the rank that sent the message, its
-// tag, and how many elements of the receive buffer it filled. For a send,
-// Source is the sender's own rank and Count the number of elements sent.
-type Status = backend.Status
+// Status describes a completed operation. Recv, Wait, Probe and the other
+// calls that complete a receive return it; for a send, Source is the
+// sender's own rank, Tag the send's tag and Count the number of elements
+// sent. A Status is a plain value: keep it, compare it, copy it.
+type Status struct {
+	// Source is the rank that sent the message: the matched rank when the
+	// receive named AnySource.
+	Source int
+	// Tag is the message's tag: the matched tag when the receive named
+	// AnyTag.
+	Tag int
+	// Count is how many elements the message held, in the receive
+	// buffer's element type. After ErrTruncate it is the message's count,
+	// which is larger than the buffer, so the caller can size one.
+	Count int64
+}
+
+// statusOf converts a transport's status; the two types have one layout,
+// so the conversion is free.
+func statusOf(st backend.Status) Status { return Status(st) }
 
 // Comm is a communicator: this process's endpoint among Size ranks.
 //
