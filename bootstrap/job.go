@@ -1,6 +1,7 @@
 // Package bootstrap answers "who am I and who are my peers" for a courier
 // process: rank, size and local rank from the launcher's environment (Open
-// MPI, MPICH/Hydra, PMIx, Slurm, courier run, or COURIER_* set by hand), and
+// MPI, MPICH/Hydra, PMIx, Slurm, torchrun, Flux, jsrun, courier run, or
+// COURIER_* set by hand), and
 // an all-gather among the ranks, served by rank 0, through which the
 // transports exchange their addresses (and, for NCCL, the unique ID).
 //
@@ -27,9 +28,9 @@ type Job struct {
 	// LocalRank is the rank among the processes on this host (it picks the
 	// GPU); LocalSize is how many there are. -1 when the launcher does not say.
 	LocalRank, LocalSize int
-	// Launcher names what started the process: "courier", "openmpi",
-	// "mpich", "pmix", "slurm", "manual" (COURIER_RANK/SIZE by hand) or
-	// "single" (no launcher: one rank).
+	// Launcher names what started the process: "courier", "torchrun",
+	// "openmpi", "mpich", "pmix", "slurm", "flux", "jsrun", "manual"
+	// (COURIER_RANK/SIZE by hand) or "single" (no launcher: one rank).
 	Launcher string
 	// JobID is the launcher's identity for the job ("" when it has none).
 	JobID string

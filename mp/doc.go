@@ -2,7 +2,8 @@
 // messages and collectives between the ranks of a job, for Go programs.
 //
 // A program calls Init once; it reads the launcher's environment (courier
-// run, mpirun, mpiexec, srun, or COURIER_RANK/SIZE/ADDR set by hand) and
+// run, mpirun, mpiexec, srun, torchrun, flux run, jsrun, or
+// COURIER_RANK/SIZE/ADDR set by hand) and
 // COURIER_BACKEND, meets the other ranks and returns a *Comm:
 //
 //	comm, err := mp.Init(ctx)
