@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +84,7 @@ type config struct {
 	check      *bool
 	job        *bootstrap.Job
 	env        func(string) string
+	envSet     bool // WithEnv: the process environment is not read
 }
 
 // WithBackend selects the backend by name ("host", "tcp", "nccl", "auto"),
@@ -107,7 +109,9 @@ func WithJob(job bootstrap.Job) Option { return func(c *config) { c.job = &job }
 
 // WithEnv makes Init read its configuration variables through getenv instead
 // of the process environment.
-func WithEnv(getenv func(string) string) Option { return func(c *config) { c.env = getenv } }
+func WithEnv(getenv func(string) string) Option {
+	return func(c *config) { c.env, c.envSet = getenv, true }
+}
 
 // Init joins the job this process was launched in and returns its
 // communicator. It reads the launcher's environment (courier run, mpirun,
@@ -118,6 +122,14 @@ func WithEnv(getenv func(string) string) Option { return func(c *config) { c.env
 // Init blocks until every rank has joined. It fails, never hangs, when a
 // rank does not come: at the latest after ctx's deadline, COURIER_TIMEOUT,
 // or DefaultInitTimeout.
+//
+// A misspelt setting fails Init rather than being ignored: an unknown
+// COURIER_BACKEND value that is close to a backend's name, or a
+// COURIER_ variable courier does not read whose name is within two
+// letters of one it does (COURIER_BACKNED), is an error wrapping
+// ErrNotSupported or ErrInvalid that says what was probably meant. Other
+// unknown COURIER_ variables are ignored. (With WithEnv the process
+// environment is not read, so its names are not checked.)
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	cfg := config{env: os.Getenv}
 	for _, o := range opts {
@@ -125,6 +137,11 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	fail := func(err error) (*Comm, error) {
 		return nil, &OpError{Op: "init", Rank: -1, Peer: -1, Tag: -1, Backend: cfg.backend, Err: err}
+	}
+	if !cfg.envSet {
+		if err := checkEnvNames(processEnviron()); err != nil {
+			return fail(err)
+		}
 	}
 	if err := cfg.fromEnv(); err != nil {
 		return fail(err)
@@ -236,6 +253,16 @@ func pickDriver(name string) (string, backend.Driver, error) {
 	}
 	d, ok := backend.Lookup(name)
 	if !ok {
+		names := append(backend.Drivers(), "auto")
+		for _, n := range []string{"host", "tcp", "nccl"} {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+		if near, ok := nearest(strings.ToLower(name), names, ""); ok {
+			return name, nil, fmt.Errorf("%w: unknown backend %q: did you mean %q? (registered: %s)",
+				ErrNotSupported, name, near, strings.Join(backend.Drivers(), ", "))
+		}
 		return name, nil, fmt.Errorf("%w: unknown backend %q (forgotten import?); registered: %s",
 			ErrNotSupported, name, strings.Join(backend.Drivers(), ", "))
 	}
