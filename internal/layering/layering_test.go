@@ -103,6 +103,7 @@ var external = map[string][]string{
 	"backend/shm":          {"golang.org/x/sys"}, // the socket's peer credentials
 	"backend/tcp":          {"golang.org/x/sys"}, // waiters read the socket without blocking
 	"internal/bench/chart": {"gonum.org/v1/plot"},
+	"cmd/courier":          {"golang.org/x/sys"}, // is standard error a terminal
 }
 
 var externalInTests = []string{"github.com/stretchr/testify"}
