@@ -101,9 +101,12 @@ func FromEnv(getenv func(string) string) (Job, error) {
 //
 //   - the rendezvous socket that courier run hands down to rank 0: when
 //     COURIER_RENDEZVOUS_FD names an inherited, listening socket (fd 3,
-//     from exec.Cmd.ExtraFiles), Detect wraps it in Job.Listener on rank 0.
-//     Other ranks ignore the descriptor. A value that is not a listening
-//     socket is an error wrapping ErrBadEnv.
+//     from exec.Cmd.ExtraFiles), Detect gives rank 0 a lease on it in
+//     Job.Listener. The socket stays the process's: closing the lease
+//     stops accepting on it but leaves it listening, and the next Detect
+//     (of the process's next Init) gets a new lease, so that Init can be
+//     called again. Other ranks ignore the descriptor. A value that is not
+//     a listening socket is an error wrapping ErrBadEnv.
 //   - the job ID of an MPICH/Hydra launch, which Hydra does not export:
 //     with several ranks, no PMI_KVSNAME or PMI_JOBID, and PMI_FD set,
 //     Detect asks the process manager for the job's KVS name over PMI_FD
@@ -151,30 +154,11 @@ func Detect() (Job, error) {
 	if job.Rank != 0 {
 		return job, nil
 	}
-	job.Listener, err = fileListener(fd)
+	job.Listener, err = inheritedListener(fd)
 	if err != nil {
 		return Job{}, fmt.Errorf("%w: COURIER_RENDEZVOUS_FD=%d is not a listening socket: %w", ErrBadEnv, fd, err)
 	}
 	return job, nil
-}
-
-// fileListener wraps the inherited descriptor fd in a net.Listener. The
-// listener holds a duplicate, so fd itself is closed.
-func fileListener(fd int) (net.Listener, error) {
-	f := os.NewFile(uintptr(fd), "COURIER_RENDEZVOUS_FD")
-	if f == nil {
-		return nil, errors.New("invalid descriptor")
-	}
-	defer f.Close()
-	ln, err := net.FileListener(f)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkListening(ln); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
 }
 
 // derivedKey is the job's key when courier run gave none: an identity

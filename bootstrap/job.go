@@ -17,6 +17,7 @@ package bootstrap
 import (
 	"context"
 	"net"
+	"strconv"
 )
 
 // Job is one process's place in a launch.
@@ -51,6 +52,28 @@ type Job struct {
 	// Vars lists the environment variables that decided rank and size, as
 	// NAME=value, for error messages.
 	Vars []string
+	// Generation tells apart the rendezvous of several Inits of one launch
+	// in one process: 0 for the first, 1 for the next, and so on (mp.Init
+	// numbers them, in the order a process calls it). For Generation > 0,
+	// Connect proves a key derived from Key and the generation, and names
+	// the address file after it too, so ranks meet only ranks of the same
+	// generation: a rank that calls Init more often than the others is
+	// refused, or waits, instead of joining the wrong communicator.
+	Generation int
+}
+
+// generation returns what Connect uses of j for its generation: the key,
+// and the job ID that names the address file.
+func (j *Job) generation(key string) (string, string) {
+	if j.Generation <= 0 {
+		return key, j.JobID
+	}
+	g := strconv.Itoa(j.Generation)
+	id := j.JobID
+	if id != "" {
+		id += ".init" + g
+	}
+	return key + "\x00courier-init-generation\x00" + g, id
 }
 
 // Exchanger is the bootstrap's collective: it lets the transports of a job

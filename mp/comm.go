@@ -130,10 +130,33 @@ func WithEnv(getenv func(string) string) Option {
 // ErrNotSupported or ErrInvalid that says what was probably meant. Other
 // unknown COURIER_ variables are ignored. (With WithEnv the process
 // environment is not read, so its names are not checked.)
+//
+// A process may call Init more than once, one after another or several at
+// once, under every launcher: each call returns a communicator of its own
+// over all the ranks. The calls of a process are numbered in the order
+// they are made, and the ranks' first calls meet each other, their second
+// calls each other, and so on; their rendezvous run one at a time, in that
+// order (a call waits, within its own bound, for the process's earlier
+// ones to meet). So every rank must call Init the same number of times,
+// and where two calls run at once, which of them pairs with which on the
+// other ranks follows the order each process started them; an Init that
+// fails still counts. Calls with WithJob are not numbered. (Built with
+// -tags mpi, Close ends MPI, after which Init fails: keep a communicator
+// open until the last Init has returned.)
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	cfg := config{env: os.Getenv}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	gen := -1 // the rendezvous generation of an Init from the environment
+	turn := false
+	if cfg.job == nil {
+		gen, turn = takeInitTurn(), true
+		defer func() { // on failure; success ends the turn earlier
+			if turn {
+				endInitTurn(gen)
+			}
+		}()
 	}
 	fail := func(err error) (*Comm, error) {
 		return nil, &OpError{Op: "init", Rank: -1, Peer: -1, Tag: -1, Backend: cfg.backend, Err: err}
@@ -146,15 +169,6 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err := cfg.fromEnv(); err != nil {
 		return fail(err)
 	}
-	var job bootstrap.Job
-	if cfg.job != nil {
-		job = *cfg.job
-	} else {
-		var err error
-		if job, err = bootstrap.Detect(); err != nil {
-			return fail(err)
-		}
-	}
 	name, drv, err := pickDriver(cfg.backend)
 	cfg.backend = name
 	if err != nil {
@@ -162,9 +176,21 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	ctx, cancel := initContext(ctx, cfg.timeout)
 	defer cancel()
+	var job bootstrap.Job
+	if cfg.job != nil {
+		job = *cfg.job
+	} else {
+		if err := waitInitTurn(ctx, gen); err != nil {
+			return fail(fmt.Errorf("waiting for this process's earlier Init to meet the other ranks: %w", err))
+		}
+		if job, err = bootstrap.Detect(); err != nil {
+			return fail(err)
+		}
+		job.Generation = gen
+	}
 	exch, err := bootstrap.Connect(ctx, job)
 	if err != nil {
-		return fail(err)
+		return fail(generationHint(gen, err))
 	}
 	bjob := backendJob(job)
 	conn, err := drv.Open(ctx, backend.Config{
@@ -175,8 +201,12 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		Env:      cfg.env,
 	})
 	exch.Close()
+	if turn { // the rendezvous is over: the next Init may go on
+		endInitTurn(gen)
+		turn = false
+	}
 	if err != nil {
-		return fail(err)
+		return fail(generationHint(gen, err))
 	}
 	return &Comm{
 		conn:        conn,
@@ -188,6 +218,16 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		job:         bjob,
 		env:         cfg.env,
 	}, nil
+}
+
+// generationHint adds to the error of a rendezvous after the process's
+// first that every rank must call Init as often.
+func generationHint(gen int, err error) error {
+	if gen <= 0 {
+		return err
+	}
+	return fmt.Errorf("%w (this is Init number %d of this process: every rank must call Init "+
+		"the same number of times, in the same order)", err, gen+1)
 }
 
 // backendJob is what the transports read of the launch: rank 0's address
