@@ -142,6 +142,27 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// agentStore listens on a port whose next one is free at the moment, as
+// torchrun's agent store does on MASTER_PORT.
+func agentStore(t *testing.T) (net.Listener, int) {
+	for range 100 {
+		store, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := store.Addr().(*net.TCPAddr).Port
+		if next, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+1)); err == nil {
+			next.Close()
+			return store, port
+		}
+		store.Close()
+	}
+	t.Fatal("no port with a free next one")
+	return nil, 0
+}
+
+// masterPort returns a MASTER_PORT whose next port, where rank 0's
+// rendezvous will listen, is free at the moment.
+func masterPort(t *testing.T) int { return freePort(t) - 1 }
+
 // torchrunEnv is what torchrun --nproc_per_node=n gives worker rank.
 func torchrunEnv(rank, n, port int) []string {
 	return []string{"RANK=" + strconv.Itoa(rank), "WORLD_SIZE=" + strconv.Itoa(n),
@@ -159,13 +180,8 @@ func TestTorchrun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	store, err := net.Listen("tcp", "127.0.0.1:0") // the agent's store
-	require.NoError(t, err)
+	store, port := agentStore(t)
 	defer store.Close()
-	port := store.Addr().(*net.TCPAddr).Port
-	if port == 65535 {
-		t.Skip("the store took the last port")
-	}
 	outs, errs := runRanks(t, [][]string{
 		childEnv("sum", torchrunEnv(0, 2, port)...),
 		childEnv("sum", torchrunEnv(1, 2, port)...),
@@ -183,7 +199,7 @@ func TestTorchrunAlone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	env := childEnv("sum", torchrunEnv(0, 2, freePort(t))...)
+	env := childEnv("sum", torchrunEnv(0, 2, masterPort(t))...)
 	env = append(env, "COURIER_TIMEOUT=1s")
 	start := time.Now()
 	outs, errs := runRanks(t, [][]string{env})
@@ -220,7 +236,7 @@ func launches(t *testing.T, role string) map[string]func() ([][]string, [][]*os.
 				childEnv(role, append(common, "COURIER_RANK=1")...)}, nil
 		},
 		"torchrun": func() ([][]string, [][]*os.File) {
-			port := freePort(t)
+			port := masterPort(t)
 			return [][]string{childEnv(role, torchrunEnv(0, 2, port)...), childEnv(role, torchrunEnv(1, 2, port)...)}, nil
 		},
 		"mpirun": func() ([][]string, [][]*os.File) {
