@@ -45,6 +45,8 @@ var jobIDVars = map[string]string{
 	"mpich":   "PMI_KVSNAME or PMI_JOBID, or the KVS name asked over PMI_FD",
 	"pmix":    "PMIX_NAMESPACE",
 	"slurm":   "SLURM_JOB_ID",
+	"flux":    "FLUX_JOB_ID",
+	"jsrun":   "LSB_JOBID",
 }
 
 // discoverable reports whether the ranks of a launch by launcher can meet

@@ -26,6 +26,17 @@ var ErrBadEnv = errors.New("bootstrap: bad launcher environment")
 //     "courier" when COURIER_JOB_KEY is set (courier run sets it), else
 //     "manual". A local value left unset is Rank or Size for "courier" (one
 //     host) and -1 for "manual".
+//   - torchrun, and torch.distributed's env:// contract ("torchrun"):
+//     RANK and WORLD_SIZE, with LOCAL_RANK and LOCAL_WORLD_SIZE, taken as
+//     torchrun's when TORCHELASTIC_RUN_ID is set or MASTER_ADDR and
+//     MASTER_PORT are (RANK alone is too common a name to trust). Rank 0's
+//     rendezvous is at MASTER_ADDR and the port after MASTER_PORT, unless
+//     COURIER_ADDR says otherwise: torchrun's agent keeps its own store on
+//     MASTER_PORT itself. The job ID is TORCHELASTIC_RUN_ID (or "env"),
+//     MASTER_ADDR:MASTER_PORT and TORCHELASTIC_RESTART_COUNT, so a rank of
+//     a restarted attempt never meets one of an earlier attempt. torchrun's
+//     variables come before the MPI launchers' and Slurm's, which a worker
+//     inherits from the torchrun that srun or mpirun started.
 //   - Open MPI ("openmpi"): OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //     OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE; the job ID is
 //     OMPI_MCA_ess_base_jobid, else PMIX_NAMESPACE (Open MPI 4.1's mpirun
@@ -35,6 +46,12 @@ var ErrBadEnv = errors.New("bootstrap: bad launcher environment")
 //     PMIX_NAMESPACE. When neither size is set, the launchers below decide
 //     if their variables are present (srun --mpi=pmix sets Slurm's);
 //     otherwise the size is unknown and FromEnv fails.
+//   - Flux ("flux"): FLUX_TASK_RANK, FLUX_JOB_SIZE, FLUX_TASK_LOCAL_ID,
+//     and the local size when FLUX_JOB_NNODES is 1 (the job size); the job
+//     ID is FLUX_JOB_ID. (Flux also serves PMI; its own variables decide.)
+//   - IBM LSF's jsrun ("jsrun"): JSM_NAMESPACE_RANK, JSM_NAMESPACE_SIZE,
+//     JSM_NAMESPACE_LOCAL_RANK, JSM_NAMESPACE_LOCAL_SIZE; the job ID is
+//     LSB_JOBID.
 //   - MPICH/Hydra ("mpich"): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
 //     MPI_LOCALNRANKS; the job ID is PMI_KVSNAME, or PMI_JOBID. (Hydra sets
 //     neither: Detect asks it over PMI_FD.)
@@ -46,8 +63,9 @@ var ErrBadEnv = errors.New("bootstrap: bad launcher environment")
 //     followed by "." and SLURM_STEP_ID when that is set.
 //   - none of them: a lone process, Rank 0 of Size 1 ("single").
 //
-// Whatever the launcher, COURIER_ADDR goes into Addr and COURIER_JOB_KEY
-// into Key. When COURIER_JOB_KEY is unset, Key is derived from Launcher and
+// Whatever the launcher, COURIER_ADDR goes into Addr (for torchrun, in
+// place of the address derived from MASTER_ADDR and MASTER_PORT) and
+// COURIER_JOB_KEY into Key. When COURIER_JOB_KEY is unset, Key is derived from Launcher and
 // JobID: ranks of one job agree on it and a job with another ID gets
 // another, so a rank of a different job is told apart; but it is an
 // identity, not a secret, since anyone who knows the job ID can compute it.
@@ -68,6 +86,9 @@ func FromEnv(getenv func(string) string) (Job, error) {
 		return Job{}, err
 	}
 	job.Addr = getenv("COURIER_ADDR")
+	if job.Addr == "" {
+		job.Addr = src.addr
+	}
 	job.Key = getenv("COURIER_JOB_KEY")
 	if job.Key == "" {
 		job.Key = derivedKey(job.Launcher, job.JobID)
@@ -80,9 +101,12 @@ func FromEnv(getenv func(string) string) (Job, error) {
 //
 //   - the rendezvous socket that courier run hands down to rank 0: when
 //     COURIER_RENDEZVOUS_FD names an inherited, listening socket (fd 3,
-//     from exec.Cmd.ExtraFiles), Detect wraps it in Job.Listener on rank 0.
-//     Other ranks ignore the descriptor. A value that is not a listening
-//     socket is an error wrapping ErrBadEnv.
+//     from exec.Cmd.ExtraFiles), Detect gives rank 0 a lease on it in
+//     Job.Listener. The socket stays the process's: closing the lease
+//     stops accepting on it but leaves it listening, and the next Detect
+//     (of the process's next Init) gets a new lease, so that Init can be
+//     called again. Other ranks ignore the descriptor. A value that is not
+//     a listening socket is an error wrapping ErrBadEnv.
 //   - the job ID of an MPICH/Hydra launch, which Hydra does not export:
 //     with several ranks, no PMI_KVSNAME or PMI_JOBID, and PMI_FD set,
 //     Detect asks the process manager for the job's KVS name over PMI_FD
@@ -95,8 +119,9 @@ func FromEnv(getenv func(string) string) (Job, error) {
 // rank and size from MPI_COMM_WORLD (Launcher "mpi"), keeping the
 // environment's local rank and size, JobID and Key; MPI seeing this process
 // alone while the environment says the job has more ranks is an error
-// wrapping ErrBadEnv. A process started by courier run, or with
-// COURIER_RANK and COURIER_SIZE, is detected as without the tag (mpi.go).
+// wrapping ErrBadEnv. A process started by courier run, by torchrun, or
+// with COURIER_RANK and COURIER_SIZE, is detected as without the tag
+// (mpi.go).
 func Detect() (Job, error) {
 	if job, handled, err := detectMPI(); handled {
 		return job, err
@@ -129,30 +154,11 @@ func Detect() (Job, error) {
 	if job.Rank != 0 {
 		return job, nil
 	}
-	job.Listener, err = fileListener(fd)
+	job.Listener, err = inheritedListener(fd)
 	if err != nil {
 		return Job{}, fmt.Errorf("%w: COURIER_RENDEZVOUS_FD=%d is not a listening socket: %w", ErrBadEnv, fd, err)
 	}
 	return job, nil
-}
-
-// fileListener wraps the inherited descriptor fd in a net.Listener. The
-// listener holds a duplicate, so fd itself is closed.
-func fileListener(fd int) (net.Listener, error) {
-	f := os.NewFile(uintptr(fd), "COURIER_RENDEZVOUS_FD")
-	if f == nil {
-		return nil, errors.New("invalid descriptor")
-	}
-	defer f.Close()
-	ln, err := net.FileListener(f)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkListening(ln); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
 }
 
 // derivedKey is the job's key when courier run gave none: an identity
@@ -172,6 +178,12 @@ type source struct {
 	// localCount is the local size when no variable gives it as a plain
 	// integer (Slurm's per-node lists); 0 when unknown.
 	localCount int
+	// addr is rank 0's rendezvous address the launcher's variables imply
+	// (torchrun's MASTER_ADDR); COURIER_ADDR overrides it.
+	addr string
+	// extra are variables beside rank and size that decided the launch,
+	// for Vars.
+	extra []string
 }
 
 // envReader reads a launcher's variables and records those that decided.
@@ -192,6 +204,8 @@ func (e *envReader) pick() (source, error) {
 			s.launcher, s.localIsGlobal = "courier", true
 		}
 		return s, nil
+	case (e.has("RANK") || e.has("WORLD_SIZE")) && (e.has("TORCHELASTIC_RUN_ID") || e.has("MASTER_ADDR") && e.has("MASTER_PORT")):
+		return e.torchrun()
 	case e.has("OMPI_COMM_WORLD_RANK") || e.has("OMPI_COMM_WORLD_SIZE"):
 		return source{launcher: "openmpi", rank: "OMPI_COMM_WORLD_RANK", size: "OMPI_COMM_WORLD_SIZE",
 			localRank: "OMPI_COMM_WORLD_LOCAL_RANK", localSize: "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -202,6 +216,17 @@ func (e *envReader) pick() (source, error) {
 			size = "COURIER_SIZE"
 		}
 		return source{launcher: "pmix", rank: "PMIX_RANK", size: size, jobID: e.getenv("PMIX_NAMESPACE")}, nil
+	case e.has("FLUX_TASK_RANK") || e.has("FLUX_JOB_SIZE"):
+		s := source{launcher: "flux", rank: "FLUX_TASK_RANK", size: "FLUX_JOB_SIZE",
+			localRank: "FLUX_TASK_LOCAL_ID", jobID: e.getenv("FLUX_JOB_ID")}
+		if e.getenv("FLUX_JOB_NNODES") == "1" {
+			s.localSize = "FLUX_JOB_SIZE"
+		}
+		return s, nil
+	case e.has("JSM_NAMESPACE_RANK") || e.has("JSM_NAMESPACE_SIZE"):
+		return source{launcher: "jsrun", rank: "JSM_NAMESPACE_RANK", size: "JSM_NAMESPACE_SIZE",
+			localRank: "JSM_NAMESPACE_LOCAL_RANK", localSize: "JSM_NAMESPACE_LOCAL_SIZE",
+			jobID: e.getenv("LSB_JOBID")}, nil
 	case e.has("PMI_RANK") || e.has("PMI_SIZE"):
 		return source{launcher: "mpich", rank: "PMI_RANK", size: "PMI_SIZE",
 			localRank: "MPI_LOCALRANKID", localSize: "MPI_LOCALNRANKS",
@@ -214,6 +239,40 @@ func (e *envReader) pick() (source, error) {
 	default:
 		return source{launcher: "single"}, nil
 	}
+}
+
+// torchPortOffset is how far above MASTER_PORT rank 0's rendezvous
+// listens under torchrun: MASTER_PORT itself is the agent's store.
+const torchPortOffset = 1
+
+// torchrun describes a worker of torchrun (or of a launch that follows
+// torch.distributed's env:// contract).
+func (e *envReader) torchrun() (source, error) {
+	s := source{launcher: "torchrun", rank: "RANK", size: "WORLD_SIZE",
+		localRank: "LOCAL_RANK", localSize: "LOCAL_WORLD_SIZE"}
+	run := e.getenv("TORCHELASTIC_RUN_ID")
+	if run == "" {
+		run = "env"
+	}
+	host, port := e.getenv("MASTER_ADDR"), e.getenv("MASTER_PORT")
+	s.jobID = run
+	if host != "" || port != "" {
+		s.jobID += "@" + net.JoinHostPort(host, port)
+	}
+	if n := e.getenv("TORCHELASTIC_RESTART_COUNT"); n != "" {
+		s.jobID += "#" + n
+	}
+	if host == "" || port == "" || e.has("COURIER_ADDR") {
+		return s, nil // no address of its own: COURIER_ADDR, or Connect says what to set
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n+torchPortOffset > 65535 {
+		return source{}, fmt.Errorf("%w: MASTER_PORT=%q is not a port below 65535 (courier's rendezvous "+
+			"listens on the next one; set COURIER_ADDR=host:port to choose another)", ErrBadEnv, port)
+	}
+	s.addr = net.JoinHostPort(host, strconv.Itoa(n+torchPortOffset))
+	s.extra = []string{e.pair("MASTER_ADDR"), e.pair("MASTER_PORT")}
+	return s, nil
 }
 
 // slurm describes a Slurm task.
@@ -312,7 +371,7 @@ func (e *envReader) read(s source) (Job, error) {
 		localSize = s.localCount
 	}
 	return Job{Rank: rank, Size: size, LocalRank: localRank, LocalSize: localSize,
-		Launcher: s.launcher, JobID: s.jobID, Vars: e.vars}, nil
+		Launcher: s.launcher, JobID: s.jobID, Vars: append(e.vars, s.extra...)}, nil
 }
 
 // ranks reads the rank and size variables, both required.

@@ -142,6 +142,45 @@ func TestFromEnv(t *testing.T) {
 			want: Job{Rank: 0, Size: 1, LocalRank: -1, LocalSize: -1, Launcher: "slurm",
 				Vars: []string{"SLURM_PROCID=0", "SLURM_NTASKS=1"}},
 		},
+		{
+			name: "torchrun",
+			env: map[string]string{"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+				"MASTER_ADDR": "node0", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0"},
+			want: Job{Rank: 3, Size: 4, LocalRank: 1, LocalSize: 2, Launcher: "torchrun", JobID: "none@node0:29500#0",
+				Vars: []string{"RANK=3", "WORLD_SIZE=4", "MASTER_ADDR=node0", "MASTER_PORT=29500"}},
+		},
+		{
+			name: "torch env:// without torchrun",
+			env:  map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234"},
+			want: Job{Rank: 0, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "torchrun", JobID: "env@10.0.0.1:1234",
+				Vars: []string{"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=1234"}},
+		},
+		{
+			name: "RANK alone is not torchrun",
+			env:  map[string]string{"RANK": "1", "WORLD_SIZE": "2"},
+			want: Job{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Launcher: "single"},
+		},
+		{
+			name: "flux on one node",
+			env: map[string]string{"FLUX_TASK_RANK": "2", "FLUX_JOB_SIZE": "3", "FLUX_TASK_LOCAL_ID": "2",
+				"FLUX_JOB_NNODES": "1", "FLUX_JOB_ID": "f2Xq"},
+			want: Job{Rank: 2, Size: 3, LocalRank: 2, LocalSize: 3, Launcher: "flux", JobID: "f2Xq",
+				Vars: []string{"FLUX_TASK_RANK=2", "FLUX_JOB_SIZE=3"}},
+		},
+		{
+			name: "flux on several nodes",
+			env: map[string]string{"FLUX_TASK_RANK": "2", "FLUX_JOB_SIZE": "4", "FLUX_TASK_LOCAL_ID": "0",
+				"FLUX_JOB_NNODES": "2", "FLUX_JOB_ID": "f2Xq"},
+			want: Job{Rank: 2, Size: 4, LocalRank: 0, LocalSize: -1, Launcher: "flux", JobID: "f2Xq",
+				Vars: []string{"FLUX_TASK_RANK=2", "FLUX_JOB_SIZE=4"}},
+		},
+		{
+			name: "jsrun",
+			env: map[string]string{"JSM_NAMESPACE_RANK": "1", "JSM_NAMESPACE_SIZE": "2", "JSM_NAMESPACE_LOCAL_RANK": "1",
+				"JSM_NAMESPACE_LOCAL_SIZE": "2", "LSB_JOBID": "4242"},
+			want: Job{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Launcher: "jsrun", JobID: "4242",
+				Vars: []string{"JSM_NAMESPACE_RANK=1", "JSM_NAMESPACE_SIZE=2"}},
+		},
 		// Precedence: each launcher wins over those below it.
 		{
 			name: "courier over openmpi",
@@ -149,6 +188,20 @@ func TestFromEnv(t *testing.T) {
 				"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"},
 			want: Job{Rank: 1, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "manual",
 				Vars: []string{"COURIER_RANK=1", "COURIER_SIZE=2"}},
+		},
+		{
+			name: "torchrun over the slurm and openmpi of its agent",
+			env: map[string]string{"RANK": "1", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "j",
+				"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"},
+			want: Job{Rank: 1, Size: 8, LocalRank: -1, LocalSize: -1, Launcher: "torchrun", JobID: "j",
+				Vars: []string{"RANK=1", "WORLD_SIZE=8"}},
+		},
+		{
+			name: "flux over its pmi and slurm",
+			env: map[string]string{"FLUX_TASK_RANK": "1", "FLUX_JOB_SIZE": "2", "PMI_RANK": "1", "PMI_SIZE": "2",
+				"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},
+			want: Job{Rank: 1, Size: 2, LocalRank: -1, LocalSize: -1, Launcher: "flux",
+				Vars: []string{"FLUX_TASK_RANK=1", "FLUX_JOB_SIZE=2"}},
 		},
 		{
 			name: "openmpi over pmix, mpich and slurm",
@@ -236,6 +289,14 @@ func TestFromEnvErrors(t *testing.T) {
 			[]string{"SLURM_LOCALID=-1 is negative"}},
 		{"zero local size", map[string]string{"COURIER_RANK": "1", "COURIER_SIZE": "2", "COURIER_LOCAL_SIZE": "0"},
 			[]string{"COURIER_LOCAL_SIZE=0", "at least 1"}},
+		{"torchrun without WORLD_SIZE", map[string]string{"RANK": "1", "TORCHELASTIC_RUN_ID": "j"},
+			[]string{"RANK=1 is set but WORLD_SIZE is not"}},
+		{"torchrun rank not below size", map[string]string{"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+			[]string{"RANK=2 is not below WORLD_SIZE=2"}},
+		{"torchrun port not a number", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "http"},
+			[]string{`MASTER_PORT="http" is not a port`, "COURIER_ADDR"}},
+		{"torchrun port at the top", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "65535"},
+			[]string{`MASTER_PORT="65535"`, "next one"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,7 +325,11 @@ func TestFromEnvAddrAndKey(t *testing.T) {
 		"pmix":    {"PMIX_RANK": "0", "PMIX_SIZE": "2", "PMIX_NAMESPACE": "17"},
 		"mpich":   {"PMI_RANK": "0", "PMI_SIZE": "2", "PMI_KVSNAME": "17"},
 		"slurm":   {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "17"},
-		"single":  {},
+		"torchrun": {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500",
+			"TORCHELASTIC_RUN_ID": "17"},
+		"flux":   {"FLUX_TASK_RANK": "0", "FLUX_JOB_SIZE": "2", "FLUX_JOB_ID": "17"},
+		"jsrun":  {"JSM_NAMESPACE_RANK": "0", "JSM_NAMESPACE_SIZE": "2", "LSB_JOBID": "17"},
+		"single": {},
 	}
 	keys := map[string]string{}
 	for name, vars := range launchers {
@@ -348,5 +413,38 @@ func TestTasksOnNode(t *testing.T) {
 		if got := tasksOnNode(c.list, c.node); got != c.want {
 			t.Errorf("tasksOnNode(%q, %q) = %d, want %d", c.list, c.node, got, c.want)
 		}
+	}
+}
+
+// TestFromEnvTorchrunAddr: under torchrun, rank 0's rendezvous is on
+// MASTER_ADDR, one port above MASTER_PORT (the agent's store holds
+// MASTER_PORT), unless COURIER_ADDR names another; a restarted attempt
+// is another job.
+func TestFromEnvTorchrunAddr(t *testing.T) {
+	vars := map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+		"MASTER_ADDR": "::1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0"}
+	job, err := FromEnv(env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Addr != "[::1]:29501" {
+		t.Errorf("Addr = %q, want [::1]:29501", job.Addr)
+	}
+	vars["TORCHELASTIC_RESTART_COUNT"] = "1"
+	restarted, err := FromEnv(env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restarted.Key == job.Key {
+		t.Errorf("a restarted attempt derives the same key %q", job.Key)
+	}
+	vars["COURIER_ADDR"] = "node7:4000"
+	vars["MASTER_PORT"] = "not checked when COURIER_ADDR is set"
+	job, err = FromEnv(env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Addr != "node7:4000" {
+		t.Errorf("with COURIER_ADDR: Addr = %q, want node7:4000", job.Addr)
 	}
 }

@@ -1,6 +1,7 @@
 // Package bootstrap answers "who am I and who are my peers" for a courier
 // process: rank, size and local rank from the launcher's environment (Open
-// MPI, MPICH/Hydra, PMIx, Slurm, courier run, or COURIER_* set by hand), and
+// MPI, MPICH/Hydra, PMIx, Slurm, torchrun, Flux, jsrun, courier run, or
+// COURIER_* set by hand), and
 // an all-gather among the ranks, served by rank 0, through which the
 // transports exchange their addresses (and, for NCCL, the unique ID).
 //
@@ -16,6 +17,7 @@ package bootstrap
 import (
 	"context"
 	"net"
+	"strconv"
 )
 
 // Job is one process's place in a launch.
@@ -27,9 +29,9 @@ type Job struct {
 	// LocalRank is the rank among the processes on this host (it picks the
 	// GPU); LocalSize is how many there are. -1 when the launcher does not say.
 	LocalRank, LocalSize int
-	// Launcher names what started the process: "courier", "openmpi",
-	// "mpich", "pmix", "slurm", "manual" (COURIER_RANK/SIZE by hand) or
-	// "single" (no launcher: one rank).
+	// Launcher names what started the process: "courier", "torchrun",
+	// "openmpi", "mpich", "pmix", "slurm", "flux", "jsrun", "manual"
+	// (COURIER_RANK/SIZE by hand) or "single" (no launcher: one rank).
 	Launcher string
 	// JobID is the launcher's identity for the job ("" when it has none).
 	JobID string
@@ -50,6 +52,28 @@ type Job struct {
 	// Vars lists the environment variables that decided rank and size, as
 	// NAME=value, for error messages.
 	Vars []string
+	// Generation tells apart the rendezvous of several Inits of one launch
+	// in one process: 0 for the first, 1 for the next, and so on (mp.Init
+	// numbers them, in the order a process calls it). For Generation > 0,
+	// Connect proves a key derived from Key and the generation, and names
+	// the address file after it too, so ranks meet only ranks of the same
+	// generation: a rank that calls Init more often than the others is
+	// refused, or waits, instead of joining the wrong communicator.
+	Generation int
+}
+
+// generation returns what Connect uses of j for its generation: the key,
+// and the job ID that names the address file.
+func (j *Job) generation(key string) (string, string) {
+	if j.Generation <= 0 {
+		return key, j.JobID
+	}
+	g := strconv.Itoa(j.Generation)
+	id := j.JobID
+	if id != "" {
+		id += ".init" + g
+	}
+	return key + "\x00courier-init-generation\x00" + g, id
 }
 
 // Exchanger is the bootstrap's collective: it lets the transports of a job

@@ -20,12 +20,13 @@ const mpiLauncher = "mpi"
 // launcher's variables are missing or wrong.
 var mpiSizeVars = []string{"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"}
 
-// launchedByCourier reports whether courier run or a launch by hand
-// (COURIER_RANK and COURIER_SIZE) started the process: those launches use
-// courier's own rendezvous even in a binary that links MPI.
+// launchedByCourier reports whether courier run, a launch by hand
+// (COURIER_RANK and COURIER_SIZE) or torchrun started the process: those
+// launches use courier's own rendezvous even in a binary that links MPI
+// (torchrun starts no MPI job).
 func launchedByCourier(getenv func(string) string) bool {
 	job, err := FromEnv(getenv)
-	return err == nil && (job.Launcher == "courier" || job.Launcher == "manual")
+	return err == nil && (job.Launcher == "courier" || job.Launcher == "manual" || job.Launcher == "torchrun")
 }
 
 // mpiJob is the Job of a process that MPI places at rank of size, checked

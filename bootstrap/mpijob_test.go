@@ -112,6 +112,7 @@ func TestLaunchedByCourier(t *testing.T) {
 		{map[string]string{"COURIER_RANK": "1", "COURIER_SIZE": "2"}, true},
 		{map[string]string{"COURIER_SIZE": "2"}, false}, // not a launch: an error MPI may resolve
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, false},
+		{map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "29500"}, true},
 		{nil, false},
 	} {
 		if got := launchedByCourier(func(k string) string { return tc.env[k] }); got != tc.want {

@@ -118,6 +118,7 @@ func connect(ctx context.Context, job Job, dir string) (Exchanger, error) {
 	if key == "" {
 		key = derivedKey(job.Launcher, job.JobID)
 	}
+	key, job.JobID = job.generation(key)
 	switch {
 	case job.Size == 1:
 		return &single{}, nil

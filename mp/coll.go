@@ -10,20 +10,40 @@ import (
 	"github.com/courier-mp/courier/cuda"
 )
 
-// Op is a reduction operator of Reduce, Allreduce and ReduceScatter:
-// applied element by element over the ranks' buffers.
-type Op = backend.ReduceOp
+// Op is a reduction operator of Reduce, Allreduce, ReduceScatter, Scan
+// and Exscan (and their non-blocking forms): it combines the ranks'
+// buffers element by element. The operators are the constants Sum, Prod,
+// Min and Max; the zero Op is none of them, and a call given it fails with
+// ErrInvalid.
+type Op uint8
 
 // The reduction operators. Sum and Prod apply to every element type
 // (integers wrap around); Min and Max to every type but complex64 and
 // complex128. Float16 and BFloat16 are combined in float32 and rounded to
 // nearest, even, after each step.
 const (
-	Sum  = backend.Sum
-	Prod = backend.Prod
-	Min  = backend.Min
-	Max  = backend.Max
+	Sum Op = iota + 1
+	Prod
+	Min
+	Max
 )
+
+// The operators have the transports' values, so converting is free (a
+// difference fails to compile: a negative constant overflows uint8, a
+// positive one gives the array a length other than 0).
+var (
+	_ [0]struct{} = [uint8(Sum) - uint8(backend.Sum)]struct{}{}
+	_ [0]struct{} = [uint8(Prod) - uint8(backend.Prod)]struct{}{}
+	_ [0]struct{} = [uint8(Min) - uint8(backend.Min)]struct{}{}
+	_ [0]struct{} = [uint8(Max) - uint8(backend.Max)]struct{}{}
+)
+
+// String is the operator's name: "sum", "prod", "min", "max", or
+// "op(N)" for a value that is none of them.
+func (o Op) String() string { return backend.ReduceOp(o).String() }
+
+// reduceOp is o as the transports name it (the same values).
+func (o Op) reduceOp() backend.ReduceOp { return backend.ReduceOp(o) }
 
 // Collectives. Every rank of the communicator calls the same collectives,
 // in the same order, with the same root and operator and buffers of the
@@ -74,7 +94,7 @@ func Bcast[B Buffer](c *Comm, buf B, root int) error {
 //
 //go:noinline
 func Reduce[B Buffer](c *Comm, send, recv B, op Op, root int) error {
-	return c.collective(backend.Coll{Kind: backend.Reduce, Send: describe(send), Recv: describe(recv), Op: op, Root: root, Caller: callerPC()})
+	return c.collective(backend.Coll{Kind: backend.Reduce, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Root: root, Caller: callerPC()})
 }
 
 // Allreduce combines every rank's send with op, element by element, into
@@ -83,7 +103,7 @@ func Reduce[B Buffer](c *Comm, send, recv B, op Op, root int) error {
 //
 //go:noinline
 func Allreduce[B Buffer](c *Comm, send, recv B, op Op) error {
-	return c.collective(backend.Coll{Kind: backend.Allreduce, Send: describe(send), Recv: describe(recv), Op: op, Caller: callerPC()})
+	return c.collective(backend.Coll{Kind: backend.Allreduce, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Caller: callerPC()})
 }
 
 // Allgather gathers every rank's send into every rank's recv, rank k's at
@@ -102,7 +122,7 @@ func Allgather[B Buffer](c *Comm, send, recv B) error {
 //
 //go:noinline
 func ReduceScatter[B Buffer](c *Comm, send, recv B, op Op) error {
-	return c.collective(backend.Coll{Kind: backend.ReduceScatter, Send: describe(send), Recv: describe(recv), Op: op, Caller: callerPC()})
+	return c.collective(backend.Coll{Kind: backend.ReduceScatter, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Caller: callerPC()})
 }
 
 // Alltoall sends block k of send to rank k and receives rank j's block

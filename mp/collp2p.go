@@ -37,15 +37,15 @@ func (c *Comm) p2pColl(co backend.Coll) error {
 	case backend.Bcast:
 		return c.bcastTree(co.Recv, co.Root)
 	case backend.Reduce:
-		return c.reduceTree(co.Send, co.Recv, co.Op, co.Root)
+		return c.reduceTree(co.Send, co.Recv, Op(co.Op), co.Root)
 	case backend.Allreduce:
 		switch n := co.Send.Len(); {
 		case small(allreduceRD, p, n):
-			return c.allreduceRD(co.Send, co.Recv, co.Op)
+			return c.allreduceRD(co.Send, co.Recv, Op(co.Op))
 		case small(allreduceTree, p, n) || co.Send.Count < int64(p):
-			return c.reduceBcast(co.Send, co.Recv, co.Op)
+			return c.reduceBcast(co.Send, co.Recv, Op(co.Op))
 		}
-		return c.allreduceRing(co.Send, co.Recv, co.Op)
+		return c.allreduceRing(co.Send, co.Recv, Op(co.Op))
 	case backend.Allgather:
 		if small(allgatherSmall, p, co.Recv.Len()) {
 			return c.allgatherSmall(co.Send, co.Recv)
@@ -53,9 +53,9 @@ func (c *Comm) p2pColl(co backend.Coll) error {
 		return c.allgatherRing(co.Send, co.Recv)
 	case backend.ReduceScatter:
 		if small(reduceScatterSmall, p, co.Send.Len()) {
-			return c.reduceScatterRD(co.Send, co.Recv, co.Op)
+			return c.reduceScatterRD(co.Send, co.Recv, Op(co.Op))
 		}
-		return c.reduceScatterRing(co.Send, co.Recv, co.Op)
+		return c.reduceScatterRing(co.Send, co.Recv, Op(co.Op))
 	case backend.Alltoall:
 		return c.alltoallPairs(co.Send, co.Recv)
 	case backend.Gather:
@@ -63,7 +63,7 @@ func (c *Comm) p2pColl(co backend.Coll) error {
 	case backend.Scatter:
 		return c.scatterTree(co.Send, co.Recv, evenBlocks(co.Recv.Count, p), co.Root)
 	case backend.Scan, backend.Exscan:
-		return c.scan(co.Send, co.Recv, co.Op, co.Kind == backend.Exscan)
+		return c.scan(co.Send, co.Recv, Op(co.Op), co.Kind == backend.Exscan)
 	}
 	return fmt.Errorf("%w: collective %v", ErrInvalid, co.Kind)
 }

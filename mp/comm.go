@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,10 +27,26 @@ const (
 // MaxTag is the largest tag a message may carry; tags are in [0, MaxTag].
 const MaxTag = backend.MaxTag
 
-// Status describes a completed receive: the rank that sent the message, its
-// tag, and how many elements of the receive buffer it filled. For a send,
-// Source is the sender's own rank and Count the number of elements sent.
-type Status = backend.Status
+// Status describes a completed operation. Recv, Wait, Probe and the other
+// calls that complete a receive return it; for a send, Source is the
+// sender's own rank, Tag the send's tag and Count the number of elements
+// sent. A Status is a plain value: keep it, compare it, copy it.
+type Status struct {
+	// Source is the rank that sent the message: the matched rank when the
+	// receive named AnySource.
+	Source int
+	// Tag is the message's tag: the matched tag when the receive named
+	// AnyTag.
+	Tag int
+	// Count is how many elements the message held, in the receive
+	// buffer's element type. After ErrTruncate it is the message's count,
+	// which is larger than the buffer, so the caller can size one.
+	Count int64
+}
+
+// statusOf converts a transport's status; the two types have one layout,
+// so the conversion is free.
+func statusOf(st backend.Status) Status { return Status(st) }
 
 // Comm is a communicator: this process's endpoint among Size ranks.
 //
@@ -67,6 +84,7 @@ type config struct {
 	check      *bool
 	job        *bootstrap.Job
 	env        func(string) string
+	envSet     bool // WithEnv: the process environment is not read
 }
 
 // WithBackend selects the backend by name ("host", "tcp", "nccl", "auto"),
@@ -91,7 +109,9 @@ func WithJob(job bootstrap.Job) Option { return func(c *config) { c.job = &job }
 
 // WithEnv makes Init read its configuration variables through getenv instead
 // of the process environment.
-func WithEnv(getenv func(string) string) Option { return func(c *config) { c.env = getenv } }
+func WithEnv(getenv func(string) string) Option {
+	return func(c *config) { c.env, c.envSet = getenv, true }
+}
 
 // Init joins the job this process was launched in and returns its
 // communicator. It reads the launcher's environment (courier run, mpirun,
@@ -102,25 +122,52 @@ func WithEnv(getenv func(string) string) Option { return func(c *config) { c.env
 // Init blocks until every rank has joined. It fails, never hangs, when a
 // rank does not come: at the latest after ctx's deadline, COURIER_TIMEOUT,
 // or DefaultInitTimeout.
+//
+// A misspelt setting fails Init rather than being ignored: an unknown
+// COURIER_BACKEND value that is close to a backend's name, or a
+// COURIER_ variable courier does not read whose name is within two
+// letters of one it does (COURIER_BACKNED), is an error wrapping
+// ErrNotSupported or ErrInvalid that says what was probably meant. Other
+// unknown COURIER_ variables are ignored. (With WithEnv the process
+// environment is not read, so its names are not checked.)
+//
+// A process may call Init more than once, one after another or several at
+// once, under every launcher: each call returns a communicator of its own
+// over all the ranks. The calls of a process are numbered in the order
+// they are made, and the ranks' first calls meet each other, their second
+// calls each other, and so on; their rendezvous run one at a time, in that
+// order (a call waits, within its own bound, for the process's earlier
+// ones to meet). So every rank must call Init the same number of times,
+// and where two calls run at once, which of them pairs with which on the
+// other ranks follows the order each process started them; an Init that
+// fails still counts. Calls with WithJob are not numbered. (Built with
+// -tags mpi, Close ends MPI, after which Init fails: keep a communicator
+// open until the last Init has returned.)
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	cfg := config{env: os.Getenv}
 	for _, o := range opts {
 		o(&cfg)
 	}
+	gen := -1 // the rendezvous generation of an Init from the environment
+	turn := false
+	if cfg.job == nil {
+		gen, turn = takeInitTurn(), true
+		defer func() { // on failure; success ends the turn earlier
+			if turn {
+				endInitTurn(gen)
+			}
+		}()
+	}
 	fail := func(err error) (*Comm, error) {
 		return nil, &OpError{Op: "init", Rank: -1, Peer: -1, Tag: -1, Backend: cfg.backend, Err: err}
 	}
-	if err := cfg.fromEnv(); err != nil {
-		return fail(err)
-	}
-	var job bootstrap.Job
-	if cfg.job != nil {
-		job = *cfg.job
-	} else {
-		var err error
-		if job, err = bootstrap.Detect(); err != nil {
+	if !cfg.envSet {
+		if err := checkEnvNames(processEnviron()); err != nil {
 			return fail(err)
 		}
+	}
+	if err := cfg.fromEnv(); err != nil {
+		return fail(err)
 	}
 	name, drv, err := pickDriver(cfg.backend)
 	cfg.backend = name
@@ -129,9 +176,21 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	ctx, cancel := initContext(ctx, cfg.timeout)
 	defer cancel()
+	var job bootstrap.Job
+	if cfg.job != nil {
+		job = *cfg.job
+	} else {
+		if err := waitInitTurn(ctx, gen); err != nil {
+			return fail(fmt.Errorf("waiting for this process's earlier Init to meet the other ranks: %w", err))
+		}
+		if job, err = bootstrap.Detect(); err != nil {
+			return fail(err)
+		}
+		job.Generation = gen
+	}
 	exch, err := bootstrap.Connect(ctx, job)
 	if err != nil {
-		return fail(err)
+		return fail(generationHint(gen, err))
 	}
 	bjob := backendJob(job)
 	conn, err := drv.Open(ctx, backend.Config{
@@ -142,8 +201,12 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		Env:      cfg.env,
 	})
 	exch.Close()
+	if turn { // the rendezvous is over: the next Init may go on
+		endInitTurn(gen)
+		turn = false
+	}
 	if err != nil {
-		return fail(err)
+		return fail(generationHint(gen, err))
 	}
 	return &Comm{
 		conn:        conn,
@@ -155,6 +218,16 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		job:         bjob,
 		env:         cfg.env,
 	}, nil
+}
+
+// generationHint adds to the error of a rendezvous after the process's
+// first that every rank must call Init as often.
+func generationHint(gen int, err error) error {
+	if gen <= 0 {
+		return err
+	}
+	return fmt.Errorf("%w (this is Init number %d of this process: every rank must call Init "+
+		"the same number of times, in the same order)", err, gen+1)
 }
 
 // backendJob is what the transports read of the launch: rank 0's address
@@ -220,6 +293,16 @@ func pickDriver(name string) (string, backend.Driver, error) {
 	}
 	d, ok := backend.Lookup(name)
 	if !ok {
+		names := append(backend.Drivers(), "auto")
+		for _, n := range []string{"host", "tcp", "nccl"} {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+		if near, ok := nearest(strings.ToLower(name), names, ""); ok {
+			return name, nil, fmt.Errorf("%w: unknown backend %q: did you mean %q? (registered: %s)",
+				ErrNotSupported, name, near, strings.Join(backend.Drivers(), ", "))
+		}
 		return name, nil, fmt.Errorf("%w: unknown backend %q (forgotten import?); registered: %s",
 			ErrNotSupported, name, strings.Join(backend.Drivers(), ", "))
 	}

@@ -1,13 +1,18 @@
 // Package mp is courier's message passing API: MPI-style point-to-point
 // messages and collectives between the ranks of a job, for Go programs.
 //
-// A program calls Init once; it reads the launcher's environment (courier
-// run, mpirun, mpiexec, srun, or COURIER_RANK/SIZE/ADDR set by hand) and
+// A program calls Init; it reads the launcher's environment (courier
+// run, mpirun, mpiexec, srun, torchrun, flux run, jsrun, or
+// COURIER_RANK/SIZE/ADDR set by hand) and
 // COURIER_BACKEND, meets the other ranks and returns a *Comm:
 //
 //	comm, err := mp.Init(ctx)
 //	if err != nil { … }
 //	defer comm.Close()
+//
+// (Init may be called again, for another communicator over the same
+// ranks, if every rank does so; see Init.) Package mp/mptest runs several
+// ranks in one test, for a program's own tests.
 //
 // Send, Recv, Isend, Irecv and Sendrecv are generic over the buffer: any
 // slice of a Go integer, float or complex type, or of Float16/BFloat16. The

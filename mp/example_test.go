@@ -4,15 +4,16 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
+	"github.com/courier-mp/courier/mp/mptest"
 )
 
 // Rank 0 sends a slice to rank 1; the element type comes from the slice.
-// (ranktest.Go runs the ranks as goroutines of this process; a real program
-// calls mp.Init once and is started by courier run, mpirun or srun.)
+// (mptest.Go runs the ranks as goroutines of this process, as mptest.Run
+// does in a test; a real program calls mp.Init and is started by courier
+// run, mpirun, srun or torchrun.)
 func ExampleSend() {
-	err := ranktest.Go(2, func(comm *mp.Comm) error {
+	err := mptest.Go(2, func(comm *mp.Comm) error {
 		data := make([]float32, 4)
 		switch comm.Rank() {
 		case 0:
@@ -34,7 +35,7 @@ func ExampleSend() {
 // Two ranks exchange buffers head to head. Posting both operations before
 // waiting cannot deadlock, whatever the size.
 func ExampleIsend() {
-	err := ranktest.Go(2, func(comm *mp.Comm) error {
+	err := mptest.Go(2, func(comm *mp.Comm) error {
 		peer := 1 - comm.Rank()
 		out := make([]int64, 1<<20)
 		in := make([]int64, 1<<20)
@@ -58,7 +59,7 @@ func ExampleIsend() {
 // A receive into a buffer smaller than the message fails with ErrTruncate,
 // and the error says which ranks and what sizes.
 func ExampleRecv_truncate() {
-	err := ranktest.Go(2, func(comm *mp.Comm) error {
+	err := mptest.Go(2, func(comm *mp.Comm) error {
 		if comm.Rank() == 0 {
 			return mp.Send(comm, []int32{1, 2, 3}, 1, 0)
 		}
@@ -72,13 +73,13 @@ func ExampleRecv_truncate() {
 	}
 	// Output:
 	// true
-	// courier: recv (tcp) on rank 1 with rank 0, tag 0: message truncated: rank 0 sent 3 × int32 (tag 0) into a buffer of 2 on rank 1
+	// courier: recv (host) on rank 1 with rank 0, tag 0: message truncated: rank 0 sent 3 × int32 (tag 0) into a buffer of 2 on rank 1
 }
 
 // A root collects one message from every other rank, in whatever order they
 // come, with AnySource; Status says who sent each.
 func ExampleWaitAny() {
-	err := ranktest.Go(4, func(comm *mp.Comm) error {
+	err := mptest.Go(4, func(comm *mp.Comm) error {
 		if comm.Rank() != 0 {
 			return mp.Send(comm, []int{comm.Rank() * 10}, 0, 1)
 		}
@@ -112,7 +113,7 @@ func ExampleWaitAny() {
 // is canceled once it is no longer wanted: its Wait reports ErrCanceled,
 // and a message sent later goes to the next receive.
 func ExampleRequest_Cancel() {
-	err := ranktest.Go(2, func(comm *mp.Comm) error {
+	err := mptest.Go(2, func(comm *mp.Comm) error {
 		stop := []byte{0}
 		if comm.Rank() == 0 {
 			if err := mp.Barrier(comm); err != nil {
@@ -146,7 +147,7 @@ func ExampleRequest_Cancel() {
 // on every rank. Allgather collects one block from each rank, in rank
 // order.
 func ExampleAllreduce() {
-	err := ranktest.Go(4, func(comm *mp.Comm) error {
+	err := mptest.Go(4, func(comm *mp.Comm) error {
 		r := float64(comm.Rank())
 		grad := []float64{r, 10 * r}
 		if err := mp.Allreduce(comm, grad, grad, mp.Sum); err != nil { // in place
@@ -170,7 +171,7 @@ func ExampleAllreduce() {
 // Each rank contributes a block of its own length (rank k: k+1 elements),
 // and every rank gets them all, in rank order.
 func ExampleAllgatherv() {
-	err := ranktest.Go(3, func(comm *mp.Comm) error {
+	err := mptest.Go(3, func(comm *mp.Comm) error {
 		counts := []int{1, 2, 3}
 		mine := make([]int32, counts[comm.Rank()])
 		for i := range mine {
@@ -200,7 +201,7 @@ func ExampleSendValue() {
 		Params map[string]float64
 		Steps  []int
 	}
-	err := ranktest.Go(2, func(comm *mp.Comm) error {
+	err := mptest.Go(2, func(comm *mp.Comm) error {
 		if comm.Rank() == 1 {
 			return mp.SendValue(comm, job{Name: "relax", Params: map[string]float64{"omega": 1.5}, Steps: []int{10, 20}}, 0, 3)
 		}
@@ -215,7 +216,7 @@ func ExampleSendValue() {
 }
 
 func ExampleIallreduce() {
-	err := ranktest.Go(4, func(comm *mp.Comm) error {
+	err := mptest.Go(4, func(comm *mp.Comm) error {
 		grad := []float64{float64(comm.Rank()), 1}
 		req, err := mp.Iallreduce(comm, grad, grad, mp.Sum) // in place
 		if err != nil {
@@ -238,4 +239,141 @@ func ExampleIallreduce() {
 		fmt.Println(err)
 	}
 	// Output: [6 4] 499500
+}
+
+// A receive names its source and tag, or takes any (AnySource, AnyTag);
+// the Status says which message it got and how many elements it held.
+func ExampleRecv() {
+	err := mptest.Go(3, func(comm *mp.Comm) error {
+		if comm.Rank() != 0 {
+			return mp.Send(comm, make([]int16, comm.Rank()), 0, 10+comm.Rank())
+		}
+		buf := make([]int16, 8) // large enough for either message
+		st, err := mp.Recv(comm, buf, 2, mp.AnyTag)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("from rank %d: tag %d, %d elements\n", st.Source, st.Tag, st.Count)
+		st, err = mp.Recv(comm, buf, mp.AnySource, 11)
+		fmt.Printf("from rank %d: tag %d, %d elements\n", st.Source, st.Tag, st.Count)
+		return err
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// from rank 2: tag 12, 2 elements
+	// from rank 1: tag 11, 1 elements
+}
+
+// A non-blocking receive is posted early and waited for later: the buffer
+// is the library's until Wait returns.
+func ExampleIrecv() {
+	err := mptest.Go(2, func(comm *mp.Comm) error {
+		if comm.Rank() == 1 {
+			return mp.Send(comm, []float64{2.5}, 0, 0)
+		}
+		x := make([]float64, 1)
+		req := mp.Irecv(comm, x, 1, 0)
+		// … work that does not touch x …
+		st, err := req.Wait()
+		fmt.Println(x[0], "from rank", st.Source)
+		return err
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: 2.5 from rank 1
+}
+
+// Probe learns the size of a message before receiving it, so the receive
+// buffer can be made to fit.
+func ExampleProbe() {
+	err := mptest.Go(2, func(comm *mp.Comm) error {
+		if comm.Rank() == 1 {
+			return mp.Send(comm, []byte("a message of unknown length"), 0, 4)
+		}
+		st, err := mp.Probe(comm, mp.AnySource, 4)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, st.Count)
+		if _, err := mp.Recv(comm, buf, st.Source, st.Tag); err != nil {
+			return err
+		}
+		fmt.Printf("%d bytes from rank %d: %s\n", st.Count, st.Source, buf)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: 27 bytes from rank 1: a message of unknown length
+}
+
+// Bcast copies the root's buffer to every rank.
+func ExampleBcast() {
+	err := mptest.Go(3, func(comm *mp.Comm) error {
+		params := make([]float32, 3)
+		if comm.Rank() == 0 {
+			copy(params, []float32{0.1, 0.2, 0.3})
+		}
+		if err := mp.Bcast(comm, params, 0); err != nil {
+			return err
+		}
+		if comm.Rank() == 2 {
+			fmt.Println("rank 2 has", params)
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: rank 2 has [0.1 0.2 0.3]
+}
+
+// Gather collects one block per rank on the root, in rank order; the
+// other ranks' receive buffers are not used (nil is fine).
+func ExampleGather() {
+	err := mptest.Go(4, func(comm *mp.Comm) error {
+		mine := []int{comm.Rank() * comm.Rank(), -comm.Rank()}
+		var all []int
+		if comm.Rank() == 0 {
+			all = make([]int, 2*comm.Size())
+		}
+		if err := mp.Gather(comm, mine, all, 0); err != nil {
+			return err
+		}
+		if comm.Rank() == 0 {
+			fmt.Println(all)
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: [0 0 1 -1 4 -2 9 -3]
+}
+
+// Barrier returns on each rank once every rank has called it: here rank 1
+// goes on only after rank 0 has finished its part (with its output
+// written).
+func ExampleBarrier() {
+	err := mptest.Go(3, func(comm *mp.Comm) error {
+		if comm.Rank() == 0 {
+			fmt.Println("rank 0: checkpoint written")
+		}
+		if err := mp.Barrier(comm); err != nil {
+			return err
+		}
+		if comm.Rank() == 1 {
+			fmt.Println("rank 1: past the barrier")
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// rank 0: checkpoint written
+	// rank 1: past the barrier
 }

@@ -70,7 +70,7 @@ func Ibcast[B Buffer](c *Comm, buf B, root int) (*Request, error) {
 //
 //go:noinline
 func Ireduce[B Buffer](c *Comm, send, recv B, op Op, root int) (*Request, error) {
-	return c.icollective(backend.Coll{Kind: backend.Reduce, Send: describe(send), Recv: describe(recv), Op: op, Root: root, Caller: callerPC()})
+	return c.icollective(backend.Coll{Kind: backend.Reduce, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Root: root, Caller: callerPC()})
 }
 
 // Iallreduce starts an Allreduce of every rank's send with op into every
@@ -78,7 +78,7 @@ func Ireduce[B Buffer](c *Comm, send, recv B, op Op, root int) (*Request, error)
 //
 //go:noinline
 func Iallreduce[B Buffer](c *Comm, send, recv B, op Op) (*Request, error) {
-	return c.icollective(backend.Coll{Kind: backend.Allreduce, Send: describe(send), Recv: describe(recv), Op: op, Caller: callerPC()})
+	return c.icollective(backend.Coll{Kind: backend.Allreduce, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Caller: callerPC()})
 }
 
 // Iallgather starts an Allgather of every rank's send into every rank's
@@ -94,7 +94,7 @@ func Iallgather[B Buffer](c *Comm, send, recv B) (*Request, error) {
 //
 //go:noinline
 func IreduceScatter[B Buffer](c *Comm, send, recv B, op Op) (*Request, error) {
-	return c.icollective(backend.Coll{Kind: backend.ReduceScatter, Send: describe(send), Recv: describe(recv), Op: op, Caller: callerPC()})
+	return c.icollective(backend.Coll{Kind: backend.ReduceScatter, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Caller: callerPC()})
 }
 
 // Ialltoall starts an Alltoall: block k of send to rank k, rank j's block
@@ -192,33 +192,33 @@ type collJob struct {
 }
 
 // Test reports whether the collective has completed.
-func (j *collJob) Test() (bool, Status, error) {
+func (j *collJob) Test() (bool, backend.Status, error) {
 	select {
 	case <-j.done:
-		return true, Status{}, j.err
+		return true, backend.Status{}, j.err
 	default:
-		return false, Status{}, nil
+		return false, backend.Status{}, nil
 	}
 }
 
 // Wait waits for the collective, at most timeout when it is positive.
-func (j *collJob) Wait(timeout time.Duration) (Status, error) {
+func (j *collJob) Wait(timeout time.Duration) (backend.Status, error) {
 	if timeout <= 0 {
 		<-j.done
-		return Status{}, j.err
+		return backend.Status{}, j.err
 	}
 	select {
 	case <-j.done:
-		return Status{}, j.err
+		return backend.Status{}, j.err
 	default:
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-j.done:
-		return Status{}, j.err
+		return backend.Status{}, j.err
 	case <-t.C:
-		return Status{}, fmt.Errorf("%w: %s waited %v", ErrTimeout, icollName(j.co.Kind), timeout)
+		return backend.Status{}, fmt.Errorf("%w: %s waited %v", ErrTimeout, icollName(j.co.Kind), timeout)
 	}
 }
 

@@ -25,8 +25,8 @@ func Iprobe(c *Comm, source, tag int) (found bool, st Status, err error) {
 		return false, Status{}, c.opErr("probe", source, tag,
 			fmt.Errorf("%w: the %s backend cannot probe for messages", ErrNotSupported, c.backendName))
 	}
-	found, st, err = p.Iprobe(source, tag)
-	return found, st, c.opErr("probe", source, tag, err)
+	found, bst, err := p.Iprobe(source, tag)
+	return found, statusOf(bst), c.opErr("probe", source, tag, err)
 }
 
 // Probe blocks until a message from rank source (or AnySource) with tag

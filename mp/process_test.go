@@ -23,6 +23,9 @@ import (
 // started by hand (COURIER_RANK/SIZE/ADDR), not a test run.
 func TestMain(m *testing.M) {
 	if role := os.Getenv("COURIER_TEST_ROLE"); role != "" {
+		if main, ok := launchRoles[role]; ok { // roles that call Init themselves
+			os.Exit(main())
+		}
 		os.Exit(rankMain(role))
 	}
 	os.Exit(leakcheck.Check(m.Run()))

@@ -15,7 +15,7 @@ import (
 // floating-point result (a NaN's payload, a complex product), so every
 // algorithm passes the value of the lower ranks as a: ranks that combine
 // the same two values get the same bits.
-func combine(dst, a, b backend.Buffer, op Op) { reduce.Combine(dst, a, b, op) }
+func combine(dst, a, b backend.Buffer, op Op) { reduce.Combine(dst, a, b, op.reduceOp()) }
 
 // view is host buffer b as a slice of T.
 func view[T any](b backend.Buffer) []T {

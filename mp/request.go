@@ -103,7 +103,7 @@ func (q *Request) Test() (done bool, st Status, err error) {
 	}
 	if r := q.acquire(); r != nil {
 		done, st, err := r.Test()
-		q.settle(done, st, err)
+		q.settle(done, statusOf(st), err)
 		if !done {
 			return false, Status{}, nil
 		}

@@ -20,7 +20,7 @@ import "github.com/courier-mp/courier/backend"
 //
 //go:noinline
 func Scan[B Buffer](c *Comm, send, recv B, op Op) error {
-	return c.collective(backend.Coll{Kind: backend.Scan, Send: describe(send), Recv: describe(recv), Op: op, Caller: callerPC()})
+	return c.collective(backend.Coll{Kind: backend.Scan, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Caller: callerPC()})
 }
 
 // Exscan is the exclusive prefix reduction: rank k > 0's recv gets the
@@ -29,7 +29,7 @@ func Scan[B Buffer](c *Comm, send, recv B, op Op) error {
 //
 //go:noinline
 func Exscan[B Buffer](c *Comm, send, recv B, op Op) error {
-	return c.collective(backend.Coll{Kind: backend.Exscan, Send: describe(send), Recv: describe(recv), Op: op, Caller: callerPC()})
+	return c.collective(backend.Coll{Kind: backend.Exscan, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Caller: callerPC()})
 }
 
 // scan runs Scan (or Exscan, when ex) of host buffers by the algorithm

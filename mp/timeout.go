@@ -76,7 +76,7 @@ func (c *Comm) wait(r backend.Request) (Status, error) {
 		}
 		st, err = r.Wait(0)
 	}
-	return st, err
+	return statusOf(st), err
 }
 
 // anyBound folds c's timeout into the bound of a wait for any of several

@@ -39,8 +39,17 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 			continue
 		}
 		if err := c.down(r); err != nil {
-			c.end(r, err)
-			return nil
+			// The rank may have done its part and then left (a rank that
+			// returns from its last collective and closes): look once more,
+			// now that its leaving is seen, before calling it lost.
+			if c.step(r) {
+				return nil
+			}
+			if err := c.down(r); err != nil {
+				c.end(r, err)
+				return nil
+			}
+			continue
 		}
 		// The clock is read from the 16th poll on: most small collectives
 		// end before it (a clock read costs as much as several polls).

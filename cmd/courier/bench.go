@@ -87,6 +87,11 @@ Output:
                     one with -plot; comma-separated, and the flag may be
                     repeated (default: none)
 
+While it measures, rank 0 shows on standard error, when that is a
+terminal, which figure of which row it is at and how long the run has
+taken (one line, rewritten; nothing when standard error is a file or a
+pipe).
+
 To plot or tabulate JSON files without running anything, use courier plot.
 
 Exit status: 0 on success (and for -h), 2 for a usage error, 1 otherwise.
@@ -257,17 +262,25 @@ func (a *app) bench(args []string) int {
 		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
+	var progress *progressLine
+	if comm.Rank() == 0 {
+		progress = newProgress(a.stderr)
+	}
+	cfg.Progress, collCfg.Progress = progress.hook(), progress.hook()
 	if o.coll != "" {
 		_, err = bench.RunColl(comm, collCfg, func(r bench.CollRow) {
+			progress.clear()
 			bench.PrintCollRow(table, r)
 			doc.Coll = append(doc.Coll, r.Record())
 		})
 	} else {
 		_, err = bench.Run(comm, cfg, func(r bench.Row) {
+			progress.clear()
 			bench.PrintRow(table, r)
 			doc.P2P = append(doc.P2P, r.Record())
 		})
 	}
+	progress.clear()
 	if err != nil {
 		fmt.Fprintln(a.stderr, "courier bench:", err)
 		return 1

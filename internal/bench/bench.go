@@ -35,6 +35,10 @@ type Config struct {
 	// Device makes the buffers GPU memory (cuda.Alloc on the rank's GPU)
 	// instead of host memory.
 	Device bool
+	// Progress, if not nil, is called on rank 0 before each figure is
+	// measured: what (a row, "latency 4 KiB"), and which figure of how
+	// many (1 to Reps). A command shows it while a long run goes on.
+	Progress func(what string, figure, figures int)
 }
 
 // Patterns lists the values of Config.Pattern.
@@ -86,7 +90,7 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 	var rows []Row
 	for _, n := range cfg.LatencySizes {
 		var allocs float64
-		d, err := median(cfg.Reps, func() (time.Duration, error) {
+		d, err := median(cfg.Reps, progress(c, cfg.Progress, "latency", n), func() (time.Duration, error) {
 			d, a, err := latency(c, m.sub(n), iters(cfg.Budget/16, n, 1))
 			allocs = a
 			return d, err
@@ -105,12 +109,14 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 		if cfg.Pattern == "stream" {
 			count := int(min(max((8<<30)/int64(max(n, 1)), 3), 200))
 			if _, err = stream(c, m.sub(n), 3); err == nil { // warm up
-				d, err = median(cfg.Reps, func() (time.Duration, error) { return stream(c, m.sub(n), count) })
+				d, err = median(cfg.Reps, progress(c, cfg.Progress, "bandwidth", n),
+					func() (time.Duration, error) { return stream(c, m.sub(n), count) })
 			}
 			moved = int64(n) * int64(count)
 		} else {
 			rounds := iters(cfg.Budget, n, cfg.Window)
-			d, err = median(cfg.Reps, func() (time.Duration, error) { return bandwidth(c, m.sub(n), cfg.Window, rounds) })
+			d, err = median(cfg.Reps, progress(c, cfg.Progress, "bandwidth", n),
+				func() (time.Duration, error) { return bandwidth(c, m.sub(n), cfg.Window, rounds) })
 			moved = int64(n) * int64(cfg.Window) * int64(rounds)
 		}
 		if err != nil {
@@ -214,9 +220,15 @@ func iters(budget int64, size, per int) int {
 	return int(min(max(n, 3), 20000))
 }
 
-func median(reps int, f func() (time.Duration, error)) (time.Duration, error) {
+// median measures f reps times (at least once) and returns the median,
+// calling each (if not nil) before each measurement with its number,
+// from 1, and how many there are.
+func median(reps int, each func(figure, figures int), f func() (time.Duration, error)) (time.Duration, error) {
 	ds := make([]time.Duration, 0, reps)
-	for range max(1, reps) {
+	for i := range max(1, reps) {
+		if each != nil {
+			each(i+1, max(1, reps))
+		}
 		d, err := f()
 		if err != nil {
 			return 0, err
@@ -225,6 +237,16 @@ func median(reps int, f func() (time.Duration, error)) (time.Duration, error) {
 	}
 	slices.Sort(ds)
 	return ds[len(ds)/2], nil
+}
+
+// progress returns the per-figure hook of a row of kind and size for
+// median: report's, on rank 0; nil elsewhere or without report.
+func progress(c *mp.Comm, report func(string, int, int), kind string, size int) func(int, int) {
+	if report == nil || c.Rank() != 0 {
+		return nil
+	}
+	what := kind + " " + SizeName(size)
+	return func(figure, figures int) { report(what, figure, figures) }
 }
 
 // latencyBudget bounds the timed part of one latency measurement: iters

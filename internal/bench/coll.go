@@ -29,6 +29,8 @@ type CollConfig struct {
 	Reps int
 	// Device makes the buffers GPU memory instead of host memory.
 	Device bool
+	// Progress is as Config's: called on rank 0 before each figure.
+	Progress func(what string, figure, figures int)
 }
 
 // CollRow is one measured collective.
@@ -93,7 +95,7 @@ func RunColl(c *mp.Comm, cfg CollConfig, emit func(CollRow)) ([]CollRow, error) 
 			}
 			n = max(n, 1)
 			op := collOp(kind, send, recv, n, p)
-			row, err := measureColl(c, op, cfg.Reps)
+			row, err := measureColl(c, op, cfg.Reps, progress(c, cfg.Progress, kind, 4*n))
 			if err != nil {
 				return nil, fmt.Errorf("%s of %d bytes: %w", kind, 4*n, err)
 			}
@@ -132,7 +134,7 @@ func collOp(kind string, send, recv *floats, n, p int) func(c *mp.Comm) error {
 // collTarget (5 to 2000 calls, the slowest rank's estimate), then Reps runs,
 // each started together (a barrier and a one-element Allreduce) and timed
 // on every rank, the slowest counting; the median run is kept.
-func measureColl(c *mp.Comm, op func(*mp.Comm) error, reps int) (CollRow, error) {
+func measureColl(c *mp.Comm, op func(*mp.Comm) error, reps int, each func(int, int)) (CollRow, error) {
 	var row CollRow
 	if err := op(c); err != nil {
 		return row, err
@@ -149,7 +151,7 @@ func measureColl(c *mp.Comm, op func(*mp.Comm) error, reps int) (CollRow, error)
 	}
 	iters := int(min(max(collTarget.Seconds()/max(per[0], 1e-9), 5), 2000))
 	sync := []float32{1}
-	d, err := median(reps, func() (time.Duration, error) {
+	d, err := median(reps, each, func() (time.Duration, error) {
 		if err := mp.Barrier(c); err != nil {
 			return 0, err
 		}

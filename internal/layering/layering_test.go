@@ -63,6 +63,7 @@ var allowed = map[string][]string{
 
 	// On top: the test harnesses, the benchmarks, the command, the
 	// examples, and the test helpers.
+	"mp/mptest":                     {"bootstrap", "mp"}, // the public test harness
 	"internal/ranktest":             {"bootstrap", "mp"},
 	"internal/conformance":          {"mp"},
 	"internal/conformance/proctest": {"bootstrap", "internal/conformance", "internal/ranktest", "mp"},
@@ -86,7 +87,8 @@ var testOnly = map[string][]string{
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "mp",
 	},
-	"mp": {"internal/conformance", "internal/leakcheck", "internal/ranktest"},
+	"mp":        {"internal/conformance", "internal/leakcheck", "internal/ranktest", "mp/mptest"},
+	"mp/mptest": {"internal/leakcheck"},
 }
 
 // external is what outside the standard library and the module a
@@ -101,6 +103,7 @@ var external = map[string][]string{
 	"backend/shm":          {"golang.org/x/sys"}, // the socket's peer credentials
 	"backend/tcp":          {"golang.org/x/sys"}, // waiters read the socket without blocking
 	"internal/bench/chart": {"gonum.org/v1/plot"},
+	"cmd/courier":          {"golang.org/x/sys"}, // is standard error a terminal
 }
 
 var externalInTests = []string{"github.com/stretchr/testify"}

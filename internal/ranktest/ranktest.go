@@ -1,6 +1,11 @@
 // Package ranktest runs several ranks of a courier job as goroutines of one
 // test process, each with its own *mp.Comm over real loopback TCP (or
 // another backend), so tests of message passing need no launcher.
+//
+// It is courier's own: its T is what the conformance suite takes, on
+// goroutines here and on processes in internal/conformance/proctest. A
+// program's tests use the public harness, mp/mptest, which runs each rank
+// as a subtest.
 package ranktest
 
 import (
