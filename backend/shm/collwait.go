@@ -54,7 +54,7 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 		// The clock is read from the 16th poll on: most small collectives
 		// end before it (a clock read costs as much as several polls).
 		now := time.Now()
-		if i == 15 {
+		if spinUntil.IsZero() {
 			spinUntil = now.Add(engine.SpinBudget)
 			if timeout > 0 {
 				deadline = now.Add(timeout)
