@@ -27,7 +27,7 @@ type Local struct {
 // so an inbox stays near inboxBudget.
 const (
 	inboxBudget = 16 << 20
-	maxRing     = 1 << 20
+	maxRing     = 4 << 20
 	minRing     = 64 << 10
 	page        = 4096
 	// maxEager bounds the messages copied whole through a ring; larger
@@ -37,6 +37,14 @@ const (
 	// writes the next while the receiver copies the last out, both in
 	// cache (docs/benchmarks.md, "The large-message copy").
 	dataChunk = 64 << 10
+	// From streamFrom bytes on, a pipelined message moves in records of
+	// streamChunk, and the receiver copies them out with non-temporal
+	// stores (shmem.CopyStream): its buffer is far larger than any cache,
+	// so writing whole lines without reading them first, and leaving the
+	// cache to the ring, wins (docs/benchmarks.md, "Streaming the large
+	// copy out").
+	streamFrom  = 4 << 20
+	streamChunk = 256 << 10
 )
 
 const setupMagic = "CSM2"

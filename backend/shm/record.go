@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/courier-mp/courier/internal/engine"
+	shmem "github.com/courier-mp/courier/internal/shm"
 )
 
 // A ring record is one frame: the engine's 40-byte header, the sender's
@@ -56,18 +57,26 @@ func decode(b []byte, eager int64) (engine.Header, record, error) {
 	if int64(len(b)-off) != h.PayloadLen() {
 		return h, record{}, fmt.Errorf("%w: record of %d bytes for a frame of kind %d with %d payload bytes", engine.ErrFrame, len(b), h.Kind, h.PayloadLen())
 	}
-	return h, record{b: b[off:]}, nil
+	return h, record{b: b[off:], stream: h.Kind == engine.KindData && h.Flags&engine.DataStream != 0}, nil
 }
 
 // record is the payload of the record being delivered, as an
 // engine.Source.
-type record struct{ b []byte }
+type record struct {
+	b      []byte
+	stream bool // a large message's chunk: copied out with non-temporal stores
+}
 
 func (r *record) ReadFull(dst []byte) error {
 	if len(dst) > len(r.b) {
 		return fmt.Errorf("%w: payload of %d bytes read for %d", engine.ErrFrame, len(r.b), len(dst))
 	}
-	n := copy(dst, r.b)
+	var n int
+	if r.stream {
+		n = shmem.CopyStream(dst, r.b)
+	} else {
+		n = copy(dst, r.b)
+	}
 	r.b = r.b[n:]
 	return nil
 }

@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
@@ -134,7 +135,34 @@ func TestTwoCopies(t *testing.T) {
 	e, h := pairCopy(t, CopyPipelined)
 	require.False(t, h[0].links[0].pull)
 	require.False(t, h[1].links[0].pull)
-	exchange(t, e, []int{maxEager + 1, 3 << 20, 20 << 20})
+	exchange(t, e, []int{maxEager + 1, 3 << 20, streamFrom - 1, streamFrom, streamFrom + 4093, 20 << 20})
+}
+
+// TestStreamUnaligned: a message large enough to be copied out with
+// non-temporal stores, sent from and received into buffers at odd
+// addresses, arrives whole, and the bytes around the receive buffer stay
+// as they were.
+func TestStreamUnaligned(t *testing.T) {
+	e, _ := pairCopy(t, CopyPipelined)
+	const n = streamFrom + 3*streamChunk + 5
+	src := pattern(n+1, 9)[1:]
+	dst := make([]byte, n+14)
+	for i := range dst {
+		dst[i] = 0x5a
+	}
+	s, err := e[0].Isend(bytesOf(src), 1, 4, 0)
+	require.NoError(t, err)
+	r, err := e[1].Irecv(bytesOf(dst[7:7+n]), 0, 4, 0)
+	require.NoError(t, err)
+	_, err = r.Wait(10 * time.Second)
+	require.NoError(t, err)
+	r.Release()
+	_, err = s.Wait(10 * time.Second)
+	require.NoError(t, err)
+	s.Release()
+	require.Equal(t, src, dst[7:7+n])
+	assert.Equal(t, bytes.Repeat([]byte{0x5a}, 7), dst[:7])
+	assert.Equal(t, bytes.Repeat([]byte{0x5a}, 7), dst[7+n:])
 }
 
 // TestSingleCopy: with CopySingle, a rank that may read its peer's memory

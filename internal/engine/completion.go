@@ -13,25 +13,35 @@ import (
 // with the request, so the steady state allocates nothing: the wake channel
 // and the timer live as long as the request object.
 //
-// The completer does all its work under mu: it writes st and err,
-// publishes them (state 1), closes a Done channel if one was asked for and
-// puts a token in wake. Readers look at state without the lock; reset,
-// which recycles the request, takes mu, so it waits (on the mutex, never
-// in a loop) for a completer that is still finishing, and the completer
-// never touches a request that has been handed out again.
+// One word, state, says whether the result is published (stDone) and
+// whether anyone needs more than that word (stSlow: a waiter that may
+// block on wake, or a Done channel). The completer writes st and err and
+// then publishes. With no one blocked it is one compare-and-swap, after
+// which it never touches the request again, so a poller that sees the
+// result may recycle the request at once: a ping-pong's requests take no
+// lock and no channel operation. When stSlow is set, the completer
+// publishes under mu, closes the Done channel and puts a token in wake;
+// reset then takes mu, so it waits (on the mutex, never in a loop) for a
+// completer that is still finishing. stSlow is set by compare-and-swap
+// too, so a completer either sees it (and wakes) or has published first
+// (and the waiter sees the result instead of blocking).
 type completion struct {
-	state     atomic.Uint32 // 0 pending, 1 result published
+	state     atomic.Uint32 // stDone, stSlow
 	wake      chan struct{} // capacity 1: one token per completion
 	timer     *time.Timer
 	timerBusy atomic.Bool // a waiter is using timer
 
 	mu     sync.Mutex
 	doneCh chan struct{}
-	closed bool
 
 	st  backend.Status
 	err error
 }
+
+const (
+	stDone uint32 = 1 << 0 // the result is published
+	stSlow uint32 = 1 << 1 // a waiter may block on wake, or Done was asked for
+)
 
 func (c *completion) init() {
 	c.wake = make(chan struct{}, 1)
@@ -40,10 +50,18 @@ func (c *completion) init() {
 // complete ends the request. It is called exactly once per use, by the
 // request's current owner.
 func (c *completion) complete(st backend.Status, err error) {
-	c.mu.Lock()
 	c.st, c.err = st, err
-	c.state.Store(1)
-	c.closed = true
+	for {
+		s := c.state.Load()
+		if s&stSlow != 0 {
+			break
+		}
+		if c.state.CompareAndSwap(s, s|stDone) {
+			return // nothing after this touches the request
+		}
+	}
+	c.mu.Lock()
+	c.state.Store(c.state.Load() | stDone)
 	if c.doneCh != nil {
 		close(c.doneCh)
 	}
@@ -54,7 +72,21 @@ func (c *completion) complete(st backend.Status, err error) {
 	c.mu.Unlock()
 }
 
-func (c *completion) isDone() bool { return c.state.Load() >= 1 }
+// slow sets stSlow unless the result is already published, and reports
+// whether it set it (false: the request is done).
+func (c *completion) slow() bool {
+	for {
+		s := c.state.Load()
+		if s&stDone != 0 {
+			return false
+		}
+		if s&stSlow != 0 || c.state.CompareAndSwap(s, s|stSlow) {
+			return true
+		}
+	}
+}
+
+func (c *completion) isDone() bool { return c.state.Load()&stDone != 0 }
 
 // Test reports completion without blocking.
 func (c *completion) Test() (bool, backend.Status, error) {
@@ -70,7 +102,7 @@ func (c *completion) Wait(timeout time.Duration) (backend.Status, error) {
 	// waiter that yields in a loop delays the very goroutines that would
 	// complete it (1 B ping-pong: 50 µs parked at once, 66 µs after 40
 	// yields). docs/benchmarks.md has the figures.
-	if c.isDone() {
+	if !c.slow() {
 		return c.st, c.err
 	}
 	if timeout > 0 {
@@ -117,8 +149,11 @@ func (c *completion) Done() <-chan struct{} {
 	defer c.mu.Unlock()
 	if c.doneCh == nil {
 		c.doneCh = make(chan struct{})
-		if c.closed {
+		if !c.slow() {
+			// Completed before it was asked for. stSlow still marks the
+			// channel for reset to drop.
 			close(c.doneCh)
+			c.state.Or(stSlow)
 		}
 	}
 	return c.doneCh
@@ -128,13 +163,15 @@ func (c *completion) Done() <-chan struct{} {
 // request: its previous use has completed and been observed, or it was
 // never handed out (state 0).
 func (c *completion) reset() {
-	c.mu.Lock() // waits for a completer that is finishing
-	select {
-	case <-c.wake:
-	default:
+	if c.state.Load()&stSlow != 0 {
+		c.mu.Lock() // waits for a completer that is finishing
+		select {
+		case <-c.wake:
+		default:
+		}
+		c.doneCh = nil
+		c.mu.Unlock()
 	}
-	c.state.Store(0)
-	c.doneCh, c.closed = nil, false
 	c.st, c.err = backend.Status{}, nil
-	c.mu.Unlock()
+	c.state.Store(0)
 }

@@ -36,6 +36,11 @@ const (
 // when it cannot read it after all.
 const RTSPull uint16 = 1 << 0
 
+// DataStream marks the DATA of a large message (links choose the size):
+// the receiver may copy it out with non-temporal stores, since its buffer
+// will not be in cache when it is read. It changes nothing else.
+const DataStream uint16 = 1 << 0
+
 // ByeAborted is the flag of BYE and LEAVE: the sender aborted rather than
 // closed.
 const ByeAborted uint16 = 1 << 0

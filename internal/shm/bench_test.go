@@ -65,6 +65,41 @@ func init() {
 			p.in.Consume()
 		}
 	}
+	// bigsink copies every record it receives into the next part of a
+	// buffer of args[0] bytes, as a large receive would, wrapping around.
+	roles["bigsink"] = func(conn *net.UnixConn, args []string) error {
+		p, _, err := childPair(conn)
+		if err != nil {
+			return err
+		}
+		buf := randomBytes(9, atoi(args[0]))
+		total, off := 0, 0
+		for {
+			rec, err := p.in.Next()
+			if err != nil {
+				return err
+			}
+			if rec == nil {
+				if p.stop.Load() != 0 && p.in.Empty() {
+					_, err := fmt.Fprintln(conn, total)
+					return err
+				}
+				continue
+			}
+			if off+len(rec) > len(buf) {
+				off = 0
+			}
+			var n int
+			if len(args) > 1 && args[1] == "stream" {
+				n = CopyStream(buf[off:], rec)
+			} else {
+				n = copy(buf[off:], rec)
+			}
+			off += n
+			total += n
+			p.in.Consume()
+		}
+	}
 	// serve publishes a buffer of args[0] bytes for ReadFrom and waits.
 	roles["serve"] = func(conn *net.UnixConn, args []string) error {
 		buf := randomBytes(4, atoi(args[0]))
@@ -204,6 +239,52 @@ func benchStream(b *testing.B, size, capacity int) {
 	c.wait(b)
 	if total != n*size {
 		b.Fatalf("the sink received %d bytes, want %d", total, n*size)
+	}
+}
+
+// BenchmarkStreamLarge streams a 64 MiB buffer to another process in
+// records of chunk bytes through a ring of the named capacity; the other
+// process copies each record into the next part of its own 64 MiB buffer
+// (with copy, or with CopyStream).
+// Unlike BenchmarkStream, both ends copy from or to memory that is not in
+// cache, as a large message's send and receive buffers are.
+func BenchmarkStreamLarge(b *testing.B) {
+	for _, sink := range []string{"copy", "stream"} {
+		for _, chunk := range []int{16 << 10, 64 << 10, 256 << 10} {
+			for _, ring := range []int{256 << 10, 1 << 20, 4 << 20} {
+				if chunk*2 >= ring {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/chunk=%dKiB/ring=%dKiB", sink, chunk>>10, ring>>10), func(b *testing.B) { benchStreamLarge(b, sink, chunk, ring) })
+			}
+		}
+	}
+}
+
+func benchStreamLarge(b *testing.B, sink string, chunk, capacity int) {
+	const size = 64 << 20
+	p, c := startPair(b, "bigsink", capacity, fmt.Sprint(size), sink)
+	src := randomBytes(5, size)
+	b.SetBytes(size)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		for off := 0; off < size; off += chunk {
+			rec := p.out.Reserve(chunk)
+			for rec == nil {
+				rec = p.out.Reserve(chunk)
+			}
+			copy(rec, src[off:off+chunk])
+			p.out.Commit()
+			n++
+		}
+	}
+	p.stop.Store(1)
+	var total int
+	fmt.Sscan(c.line(b), &total)
+	c.wait(b)
+	if total != n*chunk {
+		b.Fatalf("the sink received %d bytes, want %d", total, n*chunk)
 	}
 }
 

@@ -48,7 +48,8 @@
 //	errors.go       ErrNotSupported, ErrCorrupt
 //	segment.go      Segment (segment_linux.go: Create, Map, CloseFd, Close)
 //	fdpass.go       MaxFds (fdpass_linux.go: SendFds, RecvFds over SCM_RIGHTS)
-//	ring.go         Ring: the layout, Reserve/Commit, Next/Consume, WantSpace
+//	ring.go         Ring: the layout, Reserve/ReserveAligned/Commit, Next/Consume, WantSpace
+//	copy_amd64.go   CopyStream: a large copy with non-temporal stores (copy_amd64.s; copy_other.go: copy)
 //	bell.go         Bell: Arm, Disarm, Sleep, Ring, and the protocol
 //	futex_linux.go  the futex system call (FUTEX_WAIT, FUTEX_WAKE, shared)
 //	cma.go          ProbeAddr (cma_linux.go: ReadFrom, WriteTo, CanReadFrom)

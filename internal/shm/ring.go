@@ -25,8 +25,9 @@ import (
 // A record is an 8-byte header, then its bytes, padded to a multiple of 8:
 // the header is the length, with bit 63 set for a padding record, which
 // fills the data's tail when the next record would straddle the end (the
-// record then starts at position 0). A padding record is committed
-// together with the record after it.
+// record then starts at position 0), or moves a record forward so that a
+// byte of it is aligned (ReserveAligned). Padding records are committed
+// together with the record after them.
 const (
 	offMagic = 0
 	offCap   = 8
@@ -38,8 +39,9 @@ const (
 
 	ringMagic = 0x31676e69726d6863 // "chmring1", little-endian
 
-	recHdr  = 8
-	padFlag = 1 << 63
+	recHdr   = 8
+	recAlign = 8 // records start at multiples of 8
+	padFlag  = 1 << 63
 )
 
 // MinRingCapacity and MaxRingCapacity bound a ring's data capacity (a
@@ -199,14 +201,44 @@ func (r *Ring) Reserve(n int) []byte {
 	if uint(n) > uint(r.maxRec) {
 		panic(fmt.Sprintf("shm: Reserve(%d): records are at most %d bytes in this ring", n, r.maxRec))
 	}
+	return r.reserve(n, 0, recAlign)
+}
+
+// MaxAlign is the largest alignment ReserveAligned gives.
+const MaxAlign = 64
+
+// ReserveAligned is Reserve for a record whose byte at off (a multiple of
+// 8) must lie at a multiple of align (a power of two from 8 to MaxAlign)
+// in memory, so that a large payload after a header is copied in and out
+// aligned (a copy whose destination is not 16-byte aligned runs slower).
+// The ring puts padding before the record where it must. n is at most
+// MaxRecord() - MaxAlign; outside that, or with a bad off or align, it
+// panics.
+func (r *Ring) ReserveAligned(n, off, align int) []byte {
+	if uint(n) > uint(r.maxRec-MaxAlign) || off < 0 || off%recAlign != 0 || off > n ||
+		align < recAlign || align > MaxAlign || align&(align-1) != 0 {
+		panic(fmt.Sprintf("shm: ReserveAligned(%d, %d, %d): records are at most %d bytes in this ring", n, off, align, r.maxRec-MaxAlign))
+	}
+	return r.reserve(n, off, align)
+}
+
+// reserve reserves a record of n bytes whose byte at off lies at a
+// multiple of align: the record is preceded by a padding record when it
+// must move forward (and by one filling the data's tail when it would
+// straddle the end).
+func (r *Ring) reserve(n, off, align int) []byte {
 	if r.perr != nil {
 		return nil
 	}
 	need := (uint64(n) + recHdr + 7) &^ 7
+	gap := func(pos uint64) uint64 { return -(pos + recHdr + uint64(off)) & uint64(align-1) }
 	pos := r.tail & r.mask
-	total := need
-	if pos+need > r.cap {
-		total += r.cap - pos // a padding record fills the tail
+	g := gap(pos)
+	total := g + need
+	wrap := pos+g+need > r.cap
+	if wrap {
+		g = gap(0)
+		total = r.cap - pos + g + need
 	}
 	if r.tail-r.headSeen+total > r.cap {
 		h := r.headW.Load()
@@ -220,9 +252,13 @@ func (r *Ring) Reserve(n int) []byte {
 			return nil
 		}
 	}
-	if total != need {
+	if wrap {
 		r.setHdr(pos, padFlag|(r.cap-pos-recHdr))
 		pos = 0
+	}
+	if g != 0 {
+		r.setHdr(pos, padFlag|(g-recHdr))
+		pos += g
 	}
 	r.setHdr(pos, uint64(n))
 	r.pend, r.reserved = r.tail+total, true
@@ -290,6 +326,13 @@ func (r *Ring) TakeSpaceWanted() bool {
 	return r.wantW.Swap(0) != 0
 }
 
+// Pending reports whether records are committed that the consumer has not
+// consumed: two loads of the shared indices, safe from any goroutine of
+// the consuming process (the consumer's own fields are not read), so a
+// poller may look before it takes the lock that guards Next. Like Empty,
+// it may miss a record that is being committed.
+func (r *Ring) Pending() bool { return r.tailW.Load() != r.headW.Load() }
+
 // Empty reports whether the consumer has nothing to read: at most one
 // load of the producer's index, for pollers. A committed record may still
 // be missed by a load that raced with its Commit; Next is the answer that
@@ -325,14 +368,20 @@ func (r *Ring) Next() ([]byte, error) {
 	pos := r.head & r.mask
 	h := r.hdr(pos)
 	skip := uint64(0)
-	if h&padFlag != 0 {
-		skip = r.cap - pos
-		if h != padFlag|(skip-recHdr) || avail <= skip {
+	// At most two padding records come before a record: one filling the
+	// data's tail, one aligning the record (ReserveAligned), each within
+	// the data and the committed bytes.
+	for i := 0; h&padFlag != 0; i++ {
+		l := h &^ padFlag
+		if i == 2 || l > r.cap || l&7 != 0 || pos+recHdr+l > r.cap || avail <= recHdr+l {
 			return nil, r.corrupt(fmt.Errorf("bad padding header %#x at %d (%d bytes committed)", h, pos, avail))
 		}
-		avail -= skip
-		pos = 0
-		h = r.hdr(0)
+		skip += recHdr + l
+		avail -= recHdr + l
+		if pos += recHdr + l; pos == r.cap {
+			pos = 0
+		}
+		h = r.hdr(pos)
 	}
 	n := h
 	need := (n + recHdr + 7) &^ 7

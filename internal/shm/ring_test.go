@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -103,11 +104,14 @@ func TestRingOrderAndRoom(t *testing.T) {
 	rec := p.Reserve(3)
 	copy(rec, "abc")
 	assert.True(t, c.Empty())
+	assert.False(t, c.Pending(), "reserved, not committed")
 	rec, err := c.Next()
 	require.NoError(t, err)
 	assert.Nil(t, rec)
 	p.Commit()
 	assert.False(t, c.Empty())
+	assert.True(t, c.Pending())
+	assert.True(t, p.Pending(), "either side's view of the shared indices")
 	r1, err := c.Next()
 	require.NoError(t, err)
 	r2, err := c.Next()
@@ -115,8 +119,10 @@ func TestRingOrderAndRoom(t *testing.T) {
 	assert.Equal(t, "abc", string(r1))
 	assert.Equal(t, unsafe.SliceData(r1), unsafe.SliceData(r2))
 	assert.Equal(t, 3, cap(r1), "the record's slice cannot reach past it")
+	assert.True(t, c.Pending(), "taken by Next, not yet consumed")
 	c.Consume()
 	assert.True(t, c.Empty())
+	assert.False(t, c.Pending())
 
 	// Zero-length records are records.
 	require.True(t, put(t, p, nil))
@@ -240,8 +246,12 @@ func TestRingCorrupt(t *testing.T) {
 			set(m, offTail, at+112)
 		}},
 		"padding where none fits": {0, func(m []byte, h int, _ uint64) { set(m, h, padFlag|8) }},
-		"padding length wrong": {capacity - 24, func(m []byte, h int, at uint64) {
-			set(m, h, padFlag|8)
+		"padding past the data end": {capacity - 24, func(m []byte, h int, at uint64) {
+			set(m, h, padFlag|24)
+			set(m, offTail, at+24+16)
+		}},
+		"padding length not a multiple of 8": {capacity - 24, func(m []byte, h int, at uint64) {
+			set(m, h, padFlag|4)
 			set(m, offTail, at+24+16)
 		}},
 		"padding with no record": {capacity - 24, func(m []byte, h int, at uint64) {
@@ -416,6 +426,82 @@ func TestRingGoroutines(t *testing.T) {
 	wg.Wait()
 	assert.True(t, c.Empty())
 	assert.Greater(t, c.head/c.cap-wraps, uint64(100), "the ring wrapped")
+}
+
+// TestRingAligned mixes aligned records (of every alignment and offset)
+// with plain ones, on two goroutines, through many wraps: every aligned
+// record's byte at its offset lies at its alignment in memory, and the
+// consumer sees every record whole and in order, padding skipped.
+func TestRingAligned(t *testing.T) {
+	records := 100_000
+	if testing.Short() || raceEnabled {
+		records = 20_000
+	}
+	_, p, c := ringPair(t, 1<<13)
+	type spec struct{ n, off, align int }
+	specOf := func(rng *rand.Rand) spec {
+		n := rng.IntN(p.MaxRecord() - MaxAlign + 1)
+		if rng.IntN(3) == 0 {
+			return spec{n: n} // a plain record
+		}
+		off := 8 * rng.IntN(min(n, 64)/8+1)
+		return spec{n, off, 8 << rng.IntN(4)}
+	}
+	fill := func(b []byte, i int) {
+		for j := range b {
+			b[j] = byte(i + j)
+		}
+	}
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(7, 7))
+		for i := range records {
+			sp := specOf(rng)
+			var rec []byte
+			for rec == nil {
+				if sp.align == 0 {
+					rec = p.Reserve(sp.n)
+				} else {
+					rec = p.ReserveAligned(sp.n, sp.off, sp.align)
+				}
+				if rec == nil {
+					runtime.Gosched()
+				}
+			}
+			if sp.align != 0 && (uintptr(unsafe.Pointer(unsafe.SliceData(rec)))+uintptr(sp.off))%uintptr(sp.align) != 0 {
+				bad.Add(1)
+			}
+			fill(rec, i)
+			p.Commit()
+		}
+	})
+	rng := rand.New(rand.NewPCG(7, 7))
+	want := make([]byte, p.MaxRecord())
+	wraps := c.head / c.cap
+	for i := range records {
+		sp := specOf(rng)
+		fill(want[:sp.n], i)
+		for {
+			rec, err := c.Next()
+			require.NoError(t, err)
+			if rec != nil {
+				if !bytes.Equal(want[:sp.n], rec) {
+					t.Fatalf("record %d: %d bytes, want %d", i, len(rec), sp.n)
+				}
+				c.Consume()
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	wg.Wait()
+	assert.Zero(t, bad.Load(), "aligned records at a wrong address")
+	assert.True(t, c.Empty())
+	assert.Greater(t, c.head/c.cap-wraps, uint64(100), "the ring wrapped")
+	assert.Panics(t, func() { p.ReserveAligned(p.MaxRecord(), 0, 64) }, "no room is left for the padding")
+	assert.Panics(t, func() { p.ReserveAligned(64, 4, 64) }, "an offset that is not a multiple of 8")
+	assert.Panics(t, func() { p.ReserveAligned(64, 0, 48) }, "an alignment that is not a power of two")
 }
 
 // BenchmarkRingLocal produces and consumes one record at a time on one

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { os.Exit(leakcheck.Check(m.Run())) }
+
+var errTest = errors.New("test result")
+
+// TestCompletionDoneAfterComplete: a Done channel asked for after the
+// result is published is closed at once, and the next use of the same
+// completion gets a fresh one that is open until that use completes.
+func TestCompletionDoneAfterComplete(t *testing.T) {
+	var c completion
+	c.init()
+	c.complete(backend.Status{Count: 1}, nil)
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done of a completed request is open")
+	}
+	c.reset()
+	ch := c.Done()
+	select {
+	case <-ch:
+		t.Fatal("the next use's Done is closed before it completes")
+	default:
+	}
+	c.complete(backend.Status{Count: 2}, errTest)
+	<-ch
+	st, err := c.Wait(0)
+	if st.Count != 2 || err != errTest {
+		t.Fatalf("Wait = %v, %v", st, err)
+	}
+}
+
+// TestCompletionRaces runs complete against blocking waiters, timed
+// waiters, Done and Test, through many uses of one completion: every use
+// ends with its own result for everyone, and nothing blocks.
+func TestCompletionRaces(t *testing.T) {
+	var c completion
+	c.init()
+	uses := 20000
+	if testing.Short() {
+		uses = 2000
+	}
+	for i := range uses {
+		want := backend.Status{Count: int64(i)}
+		var wg sync.WaitGroup
+		check := func(st backend.Status, err error) {
+			if st != want || err != nil {
+				t.Errorf("use %d: got %v, %v", i, st, err)
+			}
+		}
+		switch i % 4 {
+		case 0:
+			wg.Go(func() { check(c.Wait(0)) })
+		case 1:
+			wg.Go(func() { check(c.Wait(time.Minute)) })
+		case 2:
+			wg.Go(func() {
+				<-c.Done()
+				_, st, err := c.Test()
+				check(st, err)
+			})
+		case 3:
+			wg.Go(func() {
+				for {
+					if done, st, err := c.Test(); done {
+						check(st, err)
+						return
+					}
+				}
+			})
+		}
+		if i%3 == 0 {
+			wg.Go(func() { check(c.Wait(0)) }) // a second waiter
+		}
+		c.complete(want, nil)
+		wg.Wait()
+		c.reset()
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// TestCompletionTimeout: a timed wait that expires reports ErrTimeout and
+// leaves the request pending; a later completion still reaches a waiter.
+func TestCompletionTimeout(t *testing.T) {
+	var c completion
+	c.init()
+	if _, err := c.Wait(time.Millisecond); !errors.Is(err, backend.ErrTimeout) {
+		t.Fatalf("Wait = %v, want ErrTimeout", err)
+	}
+	if c.isDone() {
+		t.Fatal("done after a timeout")
+	}
+	go c.complete(backend.Status{Count: 7}, nil)
+	if st, err := c.Wait(0); st.Count != 7 || err != nil {
+		t.Fatalf("Wait = %v, %v", st, err)
+	}
+	c.reset()
+	if c.isDone() || len(c.wake) != 0 {
+		t.Fatal("reset left a result or a token")
+	}
+}

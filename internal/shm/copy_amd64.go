@@ -1,0 +1,33 @@
+package shm
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+//go:noescape
+func copyStream(dst, src *byte, n uintptr)
+
+var haveStream = cpu.X86.HasAVX2
+
+// CopyStream copies src into dst as copy does, for a large copy whose
+// destination will not be read soon (a large message's receive buffer):
+// where the CPU has AVX2 the bulk goes with non-temporal stores, which
+// write the destination's cache lines whole without reading them first
+// and leave this core's cache to the data still to come. The copy is
+// complete, and ordered before the caller's later stores, when it
+// returns. It returns the number of bytes copied, min(len(dst), len(src)).
+func CopyStream(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if !haveStream || n < 4096 {
+		return copy(dst, src[:n])
+	}
+	d := unsafe.Pointer(unsafe.SliceData(dst))
+	head := int(-uintptr(d) & 31)
+	copy(dst[:head], src[:head])
+	body := (n - head) &^ 127
+	copyStream(&dst[head], &src[head], uintptr(body))
+	copy(dst[head+body:n], src[head+body:n])
+	return n
+}
