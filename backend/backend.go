@@ -231,3 +231,31 @@ type Prober interface {
 type Canceler interface {
 	Cancel() error
 }
+
+// Splitter is an optional Conn capability: communicators derived from this
+// one (package mp's Comm.Split and Comm.Dup), over the same connections.
+//
+// Split returns this rank's endpoint of the communicator id over the ranks
+// members of this Conn, listed in the new communicator's rank order (rank
+// k of the new one is rank members[k] here; this rank is among them). It
+// does not communicate and does not block: package mp has agreed on id and
+// members with the other ranks first (an all-gather over this Conn), and
+// every member calls Split with the same arguments, possibly at different
+// times (a message for the new communicator may arrive before this rank
+// has made it; the transport keeps it for it). id is never 0 and is not
+// reused within the process.
+//
+// The new Conn's ranks are its own: Isend, Irecv, Status, OpInfo and
+// errors speak of ranks in it. Its messages never match, block or reorder
+// another communicator's, AnySource and AnyTag included. Its Close and
+// Abort end its own operations and tell the other members (their
+// operations with this rank on it end with ErrPeerLost), and leave this
+// Conn and the other derived ones working; Close or Abort of the Conn the
+// transport opened (and the loss of a peer) ends the derived ones too. A
+// derived Conn may implement Splitter itself (a split of a split) and the
+// other optional interfaces; mp finds them on it as on any Conn. A
+// transport without Splitter makes mp's Split and Dup fail with an error
+// matching ErrNotSupported.
+type Splitter interface {
+	Split(id uint32, members []int) (Conn, error)
+}

@@ -49,12 +49,16 @@
 //   - [Canceler], on a Request: a receive canceled before it matches (mp's
 //     Request.Cancel). Without it, mp's Cancel reports ErrNotSupported and
 //     the receive goes on.
+//   - [Splitter], on a Conn: communicators derived from it over the same
+//     connections, each with its own matching (mp's Comm.Split and
+//     Comm.Dup). Without it, they report ErrNotSupported: mp has no
+//     fallback that could keep two communicators' messages apart.
 //
 // # Files
 //
 //	backend.go   the core: Buffer, Status, Request, OpInfo, Conn, Config, Job,
-//	             Exchanger, Driver; the Availability, Prober and Canceler
-//	             capabilities
+//	             Exchanger, Driver; the Availability, Prober, Canceler and
+//	             Splitter capabilities
 //	dtype.go     DType, the element types
 //	coll.go      the collectives: CollKind, ReduceOp, Coll, Collectives, ErrSkip
 //	device.go    the GPU side: PickDevice, Stream, DeviceConn, StreamWaiter,

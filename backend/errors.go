@@ -33,6 +33,10 @@ var (
 	// ErrCanceled: a receive was canceled ([Canceler]) before a message
 	// matched it; it received nothing.
 	ErrCanceled = errs.ErrCanceled
+	// ErrCorrupt: bytes from a peer failed their integrity check (a TCP
+	// frame header whose CRC32-C does not match); the link is closed and
+	// the peer is lost (the error matches ErrPeerLost too).
+	ErrCorrupt = errs.ErrCorrupt
 )
 
 // ErrPeerClosed is the "peer closed" signal of the contract: a transport

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/courier-mp/courier/backend"
@@ -48,7 +49,10 @@ type Status struct {
 // so the conversion is free.
 func statusOf(st backend.Status) Status { return Status(st) }
 
-// Comm is a communicator: this process's endpoint among Size ranks.
+// Comm is a communicator: this process's endpoint among Size ranks. Init
+// returns the one of every rank of the job (the world); Split and Dup
+// derive others from it, each with its own ranks, tags and collectives
+// (split.go).
 //
 // A Comm is safe for concurrent use by several goroutines. Messages sent
 // from one goroutine to one peer with one tag arrive in order; messages sent
@@ -69,6 +73,16 @@ type Comm struct {
 	// it).
 	order  collOrder
 	collPC uintptr
+
+	// The communicator's place among those derived from one world
+	// (split.go): its id (0 for the world), its name, the one it was
+	// derived from (nil for the world), the family, and its count of
+	// Split and Dup calls.
+	id     uint32
+	name   string
+	parent *Comm
+	fam    *family
+	splits atomic.Uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -217,6 +231,8 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		check:       *cfg.check,
 		job:         bjob,
 		env:         cfg.env,
+		name:        "world",
+		fam:         newFamily(),
 	}, nil
 }
 
@@ -379,9 +395,15 @@ func (c *Comm) Checked() bool { return c != nil && c.check }
 // (non-blocking collectives too, the one running and those queued), peers
 // are told this rank left, and every goroutine the communicator started has
 // returned when Close returns. Close is idempotent and returns the same
-// error every time. It then calls bootstrap.Finalize, which in a build with
-// -tags mpi ends MPI in this process (MPI cannot start again afterwards), and
-// does nothing otherwise; its error is joined to the backend's.
+// error every time.
+//
+// Close of the world (the communicator Init returned) also ends every
+// communicator derived from it that is still open, as their own Close
+// would (without telling their peers: the world's goodbye says it), and
+// then calls bootstrap.Finalize, which in a build with -tags mpi ends MPI in
+// this process (MPI cannot start again afterwards), and does nothing
+// otherwise; its error is joined to the backend's. Close of a derived
+// communicator leaves the world, and every other communicator, working.
 func (c *Comm) Close() error {
 	if c == nil {
 		return nil
@@ -390,8 +412,17 @@ func (c *Comm) Close() error {
 		c.closeColl()
 		err := c.conn.Close()
 		c.waitColl()
-		if ferr := bootstrap.Finalize(); ferr != nil {
-			err = errors.Join(err, ferr)
+		if c.parent != nil {
+			c.fam.closed(c)
+		} else {
+			if c.fam != nil {
+				for _, d := range c.fam.stillOpen() {
+					d.Close()
+				}
+			}
+			if ferr := bootstrap.Finalize(); ferr != nil {
+				err = errors.Join(err, ferr)
+			}
 		}
 		c.closeErr = c.opErr("close", -1, -1, err)
 	})

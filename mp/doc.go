@@ -97,6 +97,34 @@
 // request completes. Each gives the bits its blocking form gives. Cancel
 // on one is ErrNotSupported; Close ends those in flight with ErrClosed.
 //
+// # Sub-communicators
+//
+// Comm.Split(color, key) partitions a communicator as MPI_Comm_split does:
+// the ranks that pass one color form a new communicator, ranked by key
+// (ties by their old rank); a negative color (Undefined) joins none and
+// gets nil, nil. Comm.Dup copies one. Both are collective over the
+// communicator they are called on (an all-gather of colors and keys) and
+// may be applied to derived communicators again (the rows and columns of
+// a grid, a split of a split). A derived *Comm has its own Rank and Size,
+// its own tag space and its own collectives: its messages never match,
+// block or reorder another communicator's, AnySource and AnyTag included,
+// so any program that is valid MPI with several communicators is valid
+// here. OpError's Rank and Peer are ranks in the communicator of the call,
+// and OpError.Comm (Comm.Name: "split 1 of world") says which one.
+//
+// A derived communicator shares the world's connections. Its Close ends
+// its own operations with ErrClosed and tells its other members, whose
+// operations with this rank there end with ErrPeerLost (and
+// ErrPeerClosed); everything else goes on, the communicators derived from
+// it too. Closing the world ends every communicator derived from it (their
+// operations end with ErrClosed; their Close returns at once); a lost peer
+// fails its operations in every communicator, each naming it by its rank
+// there. A wait that passes the timeout aborts only the communicator it
+// waited on. On the host backend a derived communicator's collectives run
+// over point-to-point messages (the shared-memory collectives serve the
+// world). The host backends (host, tcp) have sub-communicators; on nccl,
+// Split and Dup fail with ErrNotSupported.
+//
 // # Go values
 //
 // SendValue, RecvValue and BcastValue carry any Go value encoding/gob

@@ -50,6 +50,11 @@ var (
 	// message matched it. It received nothing, and the message it would
 	// have taken goes to the next matching receive.
 	ErrCanceled = errs.ErrCanceled
+	// ErrCorrupt: bytes from a peer failed their integrity check (a TCP
+	// frame header whose CRC32-C does not match): the connection is
+	// closed, and the operations with that peer fail with ErrPeerLost and
+	// ErrCorrupt both.
+	ErrCorrupt = errs.ErrCorrupt
 	// ErrPeerClosed marks, beside ErrPeerLost, a peer that closed its
 	// communicator in order (Close) rather than failing: errors.Is(err,
 	// ErrPeerClosed) tells a finished peer from a dead one.
@@ -61,15 +66,16 @@ var (
 // one of the sentinels).
 type OpError struct {
 	Op      string // "send", "recv", "wait", "init", …
-	Rank    int    // this process's rank (-1 before Init knows it)
-	Peer    int    // the other rank (AnySource for a wildcard receive, -1 when none)
+	Rank    int    // this process's rank in the communicator (-1 before Init knows it)
+	Peer    int    // the other rank, in the communicator (AnySource for a wildcard receive, -1 when none)
 	Tag     int    // the message tag (-1 when none)
 	Backend string // "host", "tcp", "nccl"
+	Comm    string // the communicator's name for one made by Split or Dup (Comm.Name); "" for the world
 	Err     error
 }
 
-// Error returns "courier: Op (Backend) on rank Rank with rank Peer, tag
-// Tag: Err", leaving out what is unknown.
+// Error returns "courier: Op (Backend) on rank Rank [of Comm] with rank
+// Peer, tag Tag: Err", leaving out what is unknown.
 func (e *OpError) Error() string {
 	s := "courier: " + e.Op
 	if e.Backend != "" {
@@ -77,6 +83,9 @@ func (e *OpError) Error() string {
 	}
 	if e.Rank >= 0 {
 		s += " on rank " + strconv.Itoa(e.Rank)
+		if e.Comm != "" {
+			s += " of " + e.Comm
+		}
 	}
 	switch {
 	case e.Peer == AnySource && (e.Op == "recv" || e.Op == "probe"):
@@ -112,7 +121,11 @@ func (c *Comm) opErr(op string, peer, tag int, err error) error {
 	if c == nil {
 		return &OpError{Op: op, Rank: -1, Peer: peer, Tag: tag, Err: err}
 	}
-	return &OpError{Op: op, Rank: c.rank, Peer: peer, Tag: tag, Backend: c.backendName, Err: err}
+	oe := &OpError{Op: op, Rank: c.rank, Peer: peer, Tag: tag, Backend: c.backendName, Err: err}
+	if c.parent != nil {
+		oe.Comm = c.name
+	}
+	return oe
 }
 
 func invalidf(format string, args ...any) error {

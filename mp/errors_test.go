@@ -32,6 +32,7 @@ func TestSentinelsAreTheLeafsValues(t *testing.T) {
 		{"ErrAborted", mp.ErrAborted, backend.ErrAborted, errs.ErrAborted, nil, "communicator aborted"},
 		{"ErrInvalid", mp.ErrInvalid, backend.ErrInvalid, errs.ErrInvalid, cuda.ErrInvalid, "invalid argument"},
 		{"ErrCanceled", mp.ErrCanceled, backend.ErrCanceled, errs.ErrCanceled, nil, "request canceled"},
+		{"ErrCorrupt", mp.ErrCorrupt, backend.ErrCorrupt, errs.ErrCorrupt, nil, "corrupt data from a peer"},
 	}
 	for i, c := range cases {
 		assert.Same(t, c.leaf, c.mp, "mp.%s", c.name)

@@ -112,8 +112,12 @@ func (c *Comm) abortTimedOut() error {
 func (c *Comm) timeoutError() error {
 	pending := c.conn.Pending()
 	var b strings.Builder
-	fmt.Fprintf(&b, "a wait on rank %d passed the timeout of %v; %d operation(s) pending on rank %d:",
-		c.rank, c.timeout, len(pending), c.rank)
+	where := ""
+	if c.parent != nil {
+		where = " of " + c.name
+	}
+	fmt.Fprintf(&b, "a wait on rank %d%s passed the timeout of %v; %d operation(s) pending on rank %d of %s:",
+		c.rank, where, c.timeout, len(pending), c.rank, c.name)
 	for _, p := range pending {
 		b.WriteString("\n\t")
 		b.WriteString(describeOp(c.rank, p))

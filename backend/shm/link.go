@@ -188,11 +188,11 @@ func (l *link) flushOne(ob *outbox, wrote *bool) bool {
 	}
 	j := ob.job
 	switch j.Kind {
-	case engine.KindCTS:
+	case engine.KindCTS, engine.KindLeave:
 		if l.p.Down() != nil {
 			return true
 		}
-		h := j.CTS()
+		h := j.Frame()
 		if !l.put(&h, nil) {
 			return false
 		}

@@ -8,10 +8,15 @@ import (
 	shmem "github.com/courier-mp/courier/internal/shm"
 )
 
-// A ring record is one frame: the engine's 32-byte header, the sender's
+// A ring record is one frame: the engine's 40-byte header, the sender's
 // address for a pulled RTS (8 bytes, only with engine.RTSPull), then the
 // payload of EAGER and DATA. The record's length is its frame's length
-// exactly; anything else is a corrupt ring.
+// exactly; anything else is a corrupt ring. The header's check word (its
+// last 4 bytes) is left zero and not read: a ring lies in memory of this
+// host that only processes of the same user, which met over an
+// authenticated socket, can map, and nothing on the way can alter it, so
+// the CRC32-C that guards a TCP stream would cost every message for
+// nothing.
 
 const addrSize = 8
 

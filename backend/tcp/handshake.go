@@ -16,9 +16,13 @@ import (
 // The handshake on a new peer connection (PROTOCOL.md, "Handshake"): the
 // acceptor challenges, the dialer proves it holds the job key and says its
 // rank, the acceptor proves the same back.
+//
+// Version 2 frames carry a communicator id and a header check word (40-byte
+// headers); a peer that speaks another version is refused, with the
+// reason, before any frame moves.
 const (
 	hsMagic   = "CRR1"
-	hsVersion = 1
+	hsVersion = 2
 	hsContext = "courier-tcp-peer"
 	hsOK      = 0
 	hsRefused = 1
@@ -115,15 +119,18 @@ func (hs handshake) accept(ctx context.Context, nc net.Conn) (int, error) {
 	if _, err := io.ReadFull(nc, claim[:]); err != nil {
 		return -1, fmt.Errorf("tcp: handshake with %s: %w", nc.RemoteAddr(), err)
 	}
-	c, err := parseClaim(claim[:])
-	if err != nil {
-		return -1, fmt.Errorf("tcp: handshake with %s: %w", nc.RemoteAddr(), err)
-	}
 	refuse := func(why string) (int, error) {
 		msg := []byte(why)[:min(len(why), hsMaxText)]
 		out := append([]byte{hsRefused}, binary.LittleEndian.AppendUint16(nil, uint16(len(msg)))...)
 		nc.Write(append(out, msg...))
 		return -1, fmt.Errorf("tcp: refused a connection from %s: %s: %w", nc.RemoteAddr(), why, errHandshake)
+	}
+	c, err := parseClaim(claim[:])
+	if errors.Is(err, errVersion) {
+		return refuse(err.Error())
+	}
+	if err != nil {
+		return -1, fmt.Errorf("tcp: handshake with %s: %w", nc.RemoteAddr(), err)
 	}
 	if !auth.Verify(hs.key, hsContext, nonce, c.proof[:], ranksBytes(c.rank, c.size)) {
 		return refuse("connection from another job: job key mismatch")
@@ -155,13 +162,22 @@ func deadline(ctx context.Context, nc net.Conn) func() {
 	}
 }
 
+// errVersion marks a peer that speaks another version of the protocol.
+var errVersion = errors.New("protocol version mismatch")
+
+// versionError is the error of a peer that speaks protocol version v.
+func versionError(v uint16) error {
+	return fmt.Errorf("%w: %w: the peer speaks courier's TCP protocol version %d, this rank version %d (every rank of a job must run the same courier release)",
+		errHandshake, errVersion, v, hsVersion)
+}
+
 func parseHello(b []byte) ([auth.NonceSize]byte, error) {
 	var nonce [auth.NonceSize]byte
 	if len(b) < helloSize || string(b[:4]) != hsMagic {
 		return nonce, fmt.Errorf("%w: not a courier peer", errHandshake)
 	}
 	if v := binary.LittleEndian.Uint16(b[4:]); v != hsVersion {
-		return nonce, fmt.Errorf("%w: protocol version %d, want %d", errHandshake, v, hsVersion)
+		return nonce, versionError(v)
 	}
 	copy(nonce[:], b[6:])
 	return nonce, nil
@@ -179,7 +195,7 @@ func parseClaim(b []byte) (claim, error) {
 		return c, fmt.Errorf("%w: not a courier peer", errHandshake)
 	}
 	if v := binary.LittleEndian.Uint16(b[4:]); v != hsVersion {
-		return c, fmt.Errorf("%w: protocol version %d, want %d", errHandshake, v, hsVersion)
+		return c, versionError(v)
 	}
 	r, s := binary.LittleEndian.Uint32(b[6:]), binary.LittleEndian.Uint32(b[10:])
 	if r > 1<<30 || s > 1<<30 {

@@ -8,7 +8,9 @@ import (
 
 // hostConn is the communicator of a job whose ranks are all on this host:
 // the engine, and the shared-memory collectives (backend.Collectives)
-// beside it.
+// beside it. The communicators derived from it (Split, the engine's) are
+// the engine's alone: the collective areas belong to the world, so their
+// collectives run over point-to-point messages, in package mp.
 type hostConn struct {
 	*engine.Engine
 	coll *shm.Coll

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/internal/engine"
 )
 
@@ -72,7 +73,7 @@ func (l *link) poll() bool {
 		var err error
 		did, err = l.rd.drain(l.p, true)
 		l.rmu.Unlock()
-		if errors.Is(err, engine.ErrFrame) || errors.Is(err, errShortSocket) {
+		if untrusted(err) {
 			l.nc.Close()
 		}
 	}
@@ -82,4 +83,11 @@ func (l *link) poll() bool {
 		}
 	}
 	return did
+}
+
+// untrusted reports whether err says the stream from the peer cannot be
+// trusted any more (a malformed or corrupt frame): the link is closed, so
+// that the reader goroutine wakes and the peer sees the end.
+func untrusted(err error) bool {
+	return errors.Is(err, engine.ErrFrame) || errors.Is(err, errShortSocket) || errors.Is(err, backend.ErrCorrupt)
 }

@@ -171,6 +171,9 @@ func (rd *reader) step(p *engine.Peer) (bool, error) {
 	if rd.buffered() < engine.HeaderSize {
 		return false, nil
 	}
+	if err := engine.Verify(rd.b[rd.r:rd.w]); err != nil {
+		return false, fmt.Errorf("from rank %d: %w", p.Rank(), err)
+	}
 	h, err := engine.DecodeHeader(rd.b[rd.r:rd.w], engine.EagerLimit)
 	if err != nil {
 		return false, err
@@ -283,6 +286,9 @@ func (l *link) readLoop() {
 		}
 		if err != nil {
 			l.p.Broken(err)
+			if untrusted(err) {
+				l.nc.Close()
+			}
 			return
 		}
 	}

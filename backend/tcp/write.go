@@ -6,9 +6,11 @@ import (
 	"github.com/courier-mp/courier/internal/engine"
 )
 
-// writeFrame writes a header and payload as one frame; under l.wmu.
+// writeFrame writes a header, sealed with its check word, and payload as
+// one frame; under l.wmu.
 func (l *link) writeFrame(h *engine.Header, payload []byte) error {
 	h.Encode(&l.whdr)
+	engine.Seal(&l.whdr)
 	if len(payload) <= smallWrite {
 		b := append(l.wsmall[:0], l.whdr[:]...)
 		b = append(b, payload...)
@@ -92,15 +94,16 @@ func (l *link) writeLoop() {
 	}
 }
 
-// run does one writer job: a CTS, or the DATA of a large message, whose
-// chunks go out with writev straight from the send buffer. The caller
-// holds no lock of the reading side: a write may wait for the peer to read.
+// run does one writer job: a CTS or a LEAVE, or the DATA of a large
+// message, whose chunks go out with writev straight from the send buffer.
+// The caller holds no lock of the reading side: a write may wait for the
+// peer to read.
 func (l *link) run(j engine.Job) error {
-	if j.Kind == engine.KindCTS {
+	if j.Kind == engine.KindCTS || j.Kind == engine.KindLeave {
 		if l.p.Down() != nil {
 			return nil
 		}
-		h := j.CTS()
+		h := j.Frame()
 		l.wmu.Lock()
 		defer l.wmu.Unlock()
 		return l.writeFrame(&h, nil)

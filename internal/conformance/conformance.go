@@ -90,6 +90,7 @@ func Cases() []Case {
 		vcollectiveCases(),
 		icollectiveCases(),
 		valueCases(),
+		splitCases(),
 	} {
 		all = append(all, group...)
 	}

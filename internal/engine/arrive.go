@@ -59,6 +59,9 @@ func (p *Peer) Arrive(h *Header, src Source) error {
 		return p.onCTS(h)
 	case KindData:
 		return p.onData(h, src)
+	case KindLeave:
+		p.onLeave(h)
+		return nil
 	case KindBye:
 		p.bye.Store(true)
 		if h.Flags&ByeAborted != 0 {
@@ -88,25 +91,33 @@ func (p *Peer) checkSeq(h *Header) error {
 
 func (p *Peer) onEager(h *Header, src Source) error {
 	e := p.e
-	env := envelope{src: p.rank, tag: int(h.Tag), typ: h.Type, count: h.Count}
-	n := env.bytes()
 	if err := p.checkSeq(h); err != nil {
 		return err
 	}
+	n := h.Count * int64(h.Type.Size())
 	e.mu.Lock()
-	if r := e.takePosted(&env); r != nil {
+	c, from, err := p.route(h)
+	if c == nil {
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return src.Discard(int(n)) // for a communicator closed here
+	}
+	env := envelope{src: from, tag: int(h.Tag), typ: h.Type, count: h.Count}
+	if r := c.takePosted(&env); r != nil {
 		p.reading.Store(r)
 		e.mu.Unlock()
 		err := e.verdict(r, &env)
 		if err == nil {
 			if rerr := src.ReadFull(r.buf.Bytes()[:n]); rerr != nil {
 				p.reading.Store(nil)
-				r.complete(env.status(), p.lossError(rerr))
+				r.complete(env.status(), c.peerErr(p, p.lossError(rerr)))
 				return rerr
 			}
 		} else if derr := src.Discard(int(n)); derr != nil {
 			p.reading.Store(nil)
-			r.complete(env.status(), p.lossError(derr))
+			r.complete(env.status(), c.peerErr(p, p.lossError(derr)))
 			return derr
 		}
 		p.reading.Store(nil)
@@ -117,21 +128,22 @@ func (p *Peer) onEager(h *Header, src Source) error {
 	if n > 0 {
 		m.data = getBuf(int(n))
 	}
-	e.unexpected = append(e.unexpected, m)
+	c.unexpected = append(c.unexpected, m)
 	p.readMsg = m
 	e.mu.Unlock()
-	err := src.ReadFull(m.data)
+	err = src.ReadFull(m.data)
 	e.mu.Lock()
 	p.readMsg = nil
 	r := m.recv
 	m.recv = nil
 	if err != nil {
-		e.removeUnexpected(m)
+		c.removeUnexpected(m)
+		st := m.status()
 		e.mu.Unlock()
 		putBuf(m.data)
 		freeMessage(m)
 		if r != nil {
-			r.complete(env.status(), p.lossError(err))
+			r.complete(st, c.peerErr(p, p.lossError(err)))
 		}
 		return err
 	}
@@ -147,7 +159,6 @@ func (p *Peer) onEager(h *Header, src Source) error {
 
 func (p *Peer) onRTS(h *Header) error {
 	e := p.e
-	env := envelope{src: p.rank, tag: int(h.Tag), typ: h.Type, count: h.Count}
 	if err := p.checkSeq(h); err != nil {
 		return err
 	}
@@ -156,11 +167,19 @@ func (p *Peer) onRTS(h *Header) error {
 		return fmt.Errorf("%w: rank %d offered a pulled rendezvous over a link that cannot pull", ErrFrame, p.rank)
 	}
 	e.mu.Lock()
-	if r := e.takePosted(&env); r != nil {
+	c, from, err := p.route(h)
+	if c == nil {
+		// For a communicator closed here: its sender learns of the close
+		// from LEAVE and ends the send.
+		e.mu.Unlock()
+		return err
+	}
+	env := envelope{src: from, tag: int(h.Tag), typ: h.Type, count: h.Count}
+	if r := c.takePosted(&env); r != nil {
 		e.acceptRTS(r, &env, h.SID, h.Addr, pull) // unlocks
 		return nil
 	}
-	e.unexpected = append(e.unexpected, newMessage(message{envelope: env, kind: KindRTS, sid: h.SID, addr: h.Addr, pull: pull}))
+	c.unexpected = append(c.unexpected, newMessage(message{envelope: env, kind: KindRTS, sid: h.SID, addr: h.Addr, pull: pull}))
 	e.mu.Unlock()
 	return nil
 }
@@ -171,16 +190,16 @@ func (p *Peer) onCTS(h *Header) error {
 	r := e.inflight[h.SID]
 	if r == nil {
 		e.mu.Unlock()
-		return nil // ended by a failure sweep; nothing to send
+		return nil // ended by a failure sweep, or its communicator's close; nothing to send
 	}
-	if r.kind != reqSend || r.peer != p.rank {
+	if r.kind != reqSend || r.c.toWorld(r.peer) != p.rank {
 		e.mu.Unlock()
 		return fmt.Errorf("%w: CTS from rank %d for a request it does not hold", ErrFrame, p.rank)
 	}
 	if h.Flags&CTSDone != 0 {
 		delete(e.inflight, h.SID)
 		e.mu.Unlock()
-		r.complete(e.sendStatus(r), nil)
+		r.complete(r.sendStatus(), nil)
 		return nil
 	}
 	if h.Flags != 0 {
@@ -192,8 +211,8 @@ func (p *Peer) onCTS(h *Header) error {
 			reason = backend.ErrTruncate
 			what = "posted a smaller buffer"
 		}
-		r.complete(e.sendStatus(r), fmt.Errorf("%w: rank %d sent %d × %v (tag %d); receiving rank %d %s",
-			reason, e.rank, r.buf.Count, r.buf.Type, r.tag, p.rank, what))
+		r.complete(r.sendStatus(), fmt.Errorf("%w: rank %d sent %d × %v (tag %d); receiving rank %d %s",
+			reason, r.c.rank, r.buf.Count, r.buf.Type, r.tag, r.peer, what))
 		return nil
 	}
 	e.mu.Unlock()
@@ -206,7 +225,20 @@ func (p *Peer) onData(h *Header, src Source) error {
 	rid, off, n := h.Seq, int64(h.SID), h.Count
 	e.mu.Lock()
 	r := e.inflight[rid]
-	if r == nil || r.kind != reqRecv || r.src != p.rank || off+n > r.want {
+	if r == nil {
+		if d, ok := e.discard[rid]; ok && d.peer == p && n <= d.left {
+			// For a receive its communicator's close ended: read and
+			// dropped.
+			if d.left -= n; d.left == 0 {
+				delete(e.discard, rid)
+			} else {
+				e.discard[rid] = d
+			}
+			e.mu.Unlock()
+			return discardFull(src, n)
+		}
+	}
+	if r == nil || r.kind != reqRecv || r.c.toWorld(r.src) != p.rank || off+n > r.want {
 		e.mu.Unlock()
 		return fmt.Errorf("%w: DATA from rank %d for %d bytes at %d of request %d, which is not expecting it", ErrFrame, p.rank, n, off, rid)
 	}
@@ -217,7 +249,7 @@ func (p *Peer) onData(h *Header, src Source) error {
 		delete(e.inflight, rid)
 		p.reading.Store(nil)
 		e.mu.Unlock()
-		r.complete(backend.Status{Source: r.src, Tag: r.mtag, Count: r.mcount}, p.lossError(err))
+		r.complete(backend.Status{Source: r.src, Tag: r.mtag, Count: r.mcount}, r.c.peerErr(p, p.lossError(err)))
 		return err
 	}
 	r.got += n
@@ -230,6 +262,21 @@ func (p *Peer) onData(h *Header, src Source) error {
 	e.mu.Unlock()
 	if done {
 		r.complete(backend.Status{Source: r.src, Tag: r.mtag, Count: r.mcount}, nil)
+	}
+	return nil
+}
+
+// discardFull reads n payload bytes from src into scratch memory and drops
+// them.
+func discardFull(src Source, n int64) error {
+	b := getBuf(int(min(n, EagerLimit)))
+	defer putBuf(b)
+	for n > 0 {
+		k := min(n, int64(len(b)))
+		if err := src.ReadFull(b[:k]); err != nil {
+			return err
+		}
+		n -= k
 	}
 	return nil
 }
@@ -268,6 +315,9 @@ func (p *Peer) lossError(err error) error {
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%w: rank %d: connection closed without a goodbye (process exited or was killed)", backend.ErrPeerLost, p.rank)
+	}
+	if errors.Is(err, backend.ErrCorrupt) {
+		return fmt.Errorf("%w: rank %d: the link was closed: %w", backend.ErrPeerLost, p.rank, err)
 	}
 	return fmt.Errorf("%w: rank %d: %v", backend.ErrPeerLost, p.rank, err)
 }

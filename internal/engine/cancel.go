@@ -22,14 +22,14 @@ func (r *request) Cancel() error {
 	if r.isDone() {
 		return nil
 	}
-	e := r.e
+	e, c := r.e, r.c
 	e.mu.Lock()
-	i := slices.Index(e.posted, r)
+	i := slices.Index(c.posted, r)
 	if i < 0 {
 		e.mu.Unlock()
 		return nil // matched: it completes with the message
 	}
-	e.posted = slices.Delete(e.posted, i, i+1)
+	c.posted = slices.Delete(c.posted, i, i+1)
 	e.mu.Unlock()
 	// Out of the queue, r is this goroutine's to complete.
 	r.complete(backend.Status{}, canceled(r.peer, r.tag))

@@ -13,6 +13,14 @@
 // operation that depends on a lost peer, and the pending-operation report.
 // A link only moves frames and bytes.
 //
+// Communicators: the engine serves the communicator of every rank (the
+// world, id 0) and those derived from it (Split; package mp's Comm.Split
+// and Comm.Dup) over the same links. Each has its own queues and ranks;
+// every EAGER and RTS frame names its communicator, so messages of one
+// never match, block or reorder another's. A derived communicator's Close
+// tells its other members with LEAVE, per communicator, and the links go
+// on; the world's Close (BYE) and the loss of a peer end them all.
+//
 // Progress: a link's own goroutine hands arrivals to the engine, so an
 // Isend with no waiter still completes; and a goroutine waiting in Wait
 // polls the transports that can be polled (Poller) itself for a while
@@ -20,9 +28,10 @@
 //
 // Files:
 //
-//	engine.go     the Engine, New, Attach, Close and Abort
+//	engine.go     the Engine, New, Attach, Close and Abort; the world's Conn methods
+//	comm.go       communicators: Comm, Split, the rank tables, early arrivals, LEAVE, naming a lost peer
 //	link.go       the contract with the transports: Link, Job, Puller, Poller
-//	wire.go       the frames: kinds, flags, Header, DecodeHeader
+//	wire.go       the frames: kinds, flags, Header, DecodeHeader, the header's check word (Seal, Verify)
 //	isend.go      sending: eager, RTS, self-sends, the DATA of a rendezvous
 //	irecv.go      posting a receive
 //	cancel.go     canceling a receive that has not matched

@@ -13,7 +13,9 @@ import (
 // Engine is one rank's point-to-point layer over its links: MPI matching
 // (posted and unexpected queues, wildcards, non-overtaking), the eager and
 // rendezvous protocols, checks, probe, failure and the pending report. It
-// implements backend.Conn and backend.Prober.
+// implements backend.Conn, backend.Prober and backend.Splitter for the
+// communicator of every rank (the world); the communicators derived from it
+// (Split) share its links and have queues of their own (comm.go).
 type Engine struct {
 	rank, size int
 	check      bool
@@ -21,13 +23,15 @@ type Engine struct {
 	pollers    []Poller
 	yield      bool // ranks outnumber cores: spinners yield the core
 
-	mu         sync.Mutex
-	posted     []*request          // receives in the order they were posted
-	unexpected []*message          // messages in the order they arrived
-	inflight   map[uint64]*request // rendezvous under way, by id
-	nextID     uint64
-	fatal      error                 // set by Close or Abort: every new operation fails with it
-	dead       atomic.Pointer[error] // fatal, for paths that do not take mu
+	mu       sync.Mutex
+	world    *Comm               // communicator 0: every rank, ranks as the job's
+	comms    map[uint32]*Comm    // the derived communicators by id, and placeholders for early arrivals
+	gone     map[uint32]bool     // ids of derived communicators closed here: never used again
+	inflight map[uint64]*request // rendezvous under way, by id (of every communicator)
+	discard  map[uint64]owed     // DATA still due for receives a derived communicator's close ended, by id
+	nextID   uint64
+	fatal    error                 // set by Close or Abort: every new operation fails with it
+	dead     atomic.Pointer[error] // fatal, for paths that do not take mu
 
 	closeOnce sync.Once
 	closing   atomic.Bool
@@ -62,7 +66,10 @@ func New(o Options) (*Engine, error) {
 		size:     o.Size,
 		check:    o.Check,
 		peers:    make([]*Peer, o.Size),
+		comms:    make(map[uint32]*Comm),
+		gone:     make(map[uint32]bool),
 		inflight: make(map[uint64]*request),
+		discard:  make(map[uint64]owed),
 		nextID:   1,
 		linger:   o.Linger,
 		yield:    o.LocalRanks > runtime.GOMAXPROCS(0) || o.LocalRanks > runtime.NumCPU(),
@@ -70,6 +77,7 @@ func New(o Options) (*Engine, error) {
 	if e.linger <= 0 {
 		e.linger = DefaultLinger
 	}
+	e.world = &Comm{e: e, rank: o.Rank, size: o.Size, joined: true}
 	engines.Add(1)
 	return e, nil
 }
@@ -125,7 +133,8 @@ func (e *Engine) Missing() error {
 	return nil
 }
 
-// Close implements backend.Conn: pending operations end with ErrClosed,
+// Close implements backend.Conn: pending operations end with ErrClosed
+// (those of the derived communicators too, which end with the engine),
 // each peer is sent BYE, and Close waits (up to the linger time) for the
 // peers to finish their links before it ends them and joins their
 // goroutines.
@@ -156,7 +165,8 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Abort implements backend.Conn.
+// Abort implements backend.Conn: every operation of every communicator of
+// the engine ends with err.
 func (e *Engine) Abort(err error) {
 	e.failAll(err)
 	for _, p := range e.peers {
@@ -188,4 +198,29 @@ func (e *Engine) Transport(j int) string {
 		return n.Transport()
 	}
 	return "?"
+}
+
+// Isend implements backend.Conn on the world.
+func (e *Engine) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend.Request, error) {
+	return e.world.Isend(buf, dest, tag, caller)
+}
+
+// Irecv implements backend.Conn on the world.
+func (e *Engine) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
+	return e.world.Irecv(buf, source, tag, caller)
+}
+
+// Pending implements backend.Conn: the world's operations (each derived
+// communicator reports its own).
+func (e *Engine) Pending() []backend.OpInfo { return e.world.Pending() }
+
+// Iprobe implements backend.Prober on the world.
+func (e *Engine) Iprobe(source, tag int) (bool, backend.Status, error) {
+	return e.world.Iprobe(source, tag)
+}
+
+// Split implements backend.Splitter: a communicator derived from the
+// world (Comm.Split).
+func (e *Engine) Split(id uint32, members []int) (backend.Conn, error) {
+	return e.world.Split(id, members)
 }

@@ -9,37 +9,38 @@ import (
 
 // Irecv implements backend.Conn: it takes the oldest matching unexpected
 // message, or posts the receive for the next matching arrival.
-func (e *Engine) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
-	if source != backend.AnySource && (source < 0 || source >= e.size) {
-		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, source, e.size)
+func (c *Comm) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
+	e := c.e
+	if source != backend.AnySource && (source < 0 || source >= c.size) {
+		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, source, c.size)
 	}
 	if buf.Mem == backend.Device {
 		host := make([]byte, buf.Len())
-		r, err := e.Irecv(hostBuffer(host, buf), source, tag, caller)
+		r, err := c.Irecv(hostBuffer(host, buf), source, tag, caller)
 		if err != nil {
 			return nil, err
 		}
 		return &stagedRecv{Request: r, dev: buf, host: host}, nil
 	}
-	r := newRequest(e, reqRecv, buf, source, tag, caller)
+	r := newRequest(c, reqRecv, buf, source, tag, caller)
 	var p *Peer
 	if source >= 0 {
-		p = e.peers[source]
+		p = c.peer(source)
 	}
 	e.mu.Lock()
-	i := e.findUnexpected(source, tag)
+	i := c.findUnexpected(source, tag)
 	if i < 0 {
-		if err := e.usable(p); err != nil {
+		if err := c.usable(p, source); err != nil {
 			e.mu.Unlock()
 			r.Release()
 			return nil, err
 		}
-		e.posted = append(e.posted, r)
+		c.posted = append(c.posted, r)
 		e.mu.Unlock()
 		return r, nil
 	}
-	m := e.unexpected[i]
-	e.unexpected = slices.Delete(e.unexpected, i, i+1)
+	m := c.unexpected[i]
+	c.unexpected = slices.Delete(c.unexpected, i, i+1)
 	switch {
 	case m.kind == KindRTS:
 		e.acceptRTS(r, &m.envelope, m.sid, m.addr, m.pull) // unlocks

@@ -9,9 +9,10 @@ import (
 // Isend implements backend.Conn: a message up to the link's eager limit
 // goes whole and the send completes when the link has it; a larger one is
 // announced (RTS) and completes when the receiver has taken it.
-func (e *Engine) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend.Request, error) {
-	if dest < 0 || dest >= e.size {
-		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, dest, e.size)
+func (c *Comm) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend.Request, error) {
+	e := c.e
+	if dest < 0 || dest >= c.size {
+		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, dest, c.size)
 	}
 	if buf.Mem == backend.Device {
 		staged, err := stageOut(buf)
@@ -20,24 +21,24 @@ func (e *Engine) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backe
 		}
 		buf = staged
 	}
-	r := newRequest(e, reqSend, buf, dest, tag, caller)
-	if dest == e.rank {
-		if err := e.sendSelf(r); err != nil {
+	r := newRequest(c, reqSend, buf, dest, tag, caller)
+	if dest == c.rank {
+		if err := c.sendSelf(r); err != nil {
 			return nil, err
 		}
 		return r, nil
 	}
-	p := e.peers[dest]
+	p := c.peer(dest)
 	if buf.Len() <= p.eager {
 		if err := p.sendEager(r); err != nil {
 			r.Release()
 			return nil, err
 		}
-		r.complete(e.sendStatus(r), nil)
+		r.complete(r.sendStatus(), nil)
 		return r, nil
 	}
 	e.mu.Lock()
-	if err := e.usable(p); err != nil {
+	if err := c.usable(p, dest); err != nil {
 		e.mu.Unlock()
 		r.Release()
 		return nil, err
@@ -59,25 +60,27 @@ func (e *Engine) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backe
 	return r, nil
 }
 
-func (e *Engine) sendStatus(r *request) backend.Status {
-	return backend.Status{Source: e.rank, Tag: r.tag, Count: r.buf.Count}
+// sendStatus is a completed send's status: this rank, the tag, the count.
+func (r *request) sendStatus() backend.Status {
+	return backend.Status{Source: r.c.rank, Tag: r.tag, Count: r.buf.Count}
 }
 
 // sendSelf delivers a message to this rank: straight into a posted
 // receive, or copied aside until one is posted. A send to oneself never
 // waits for the receive, whatever its size.
-func (e *Engine) sendSelf(r *request) error {
+func (c *Comm) sendSelf(r *request) error {
+	e := c.e
 	e.mu.Lock()
-	if e.fatal != nil {
+	if err := c.usable(nil, c.rank); err != nil {
 		e.mu.Unlock()
 		r.Release()
-		return e.fatal
+		return err
 	}
-	env := envelope{src: e.rank, tag: r.tag, typ: r.buf.Type, count: r.buf.Count}
-	if q := e.takePosted(&env); q != nil {
+	env := envelope{src: c.rank, tag: r.tag, typ: r.buf.Type, count: r.buf.Count}
+	if q := c.takePosted(&env); q != nil {
 		e.mu.Unlock()
 		e.deliver(q, &env, r.buf.Bytes())
-		r.complete(e.sendStatus(r), nil)
+		r.complete(r.sendStatus(), nil)
 		return nil
 	}
 	m := newMessage(message{envelope: env, kind: KindEager, ready: true})
@@ -85,34 +88,34 @@ func (e *Engine) sendSelf(r *request) error {
 		m.data = getBuf(int(n))
 		copy(m.data, r.buf.Bytes())
 	}
-	e.unexpected = append(e.unexpected, m)
+	c.unexpected = append(c.unexpected, m)
 	e.mu.Unlock()
-	r.complete(e.sendStatus(r), nil)
+	r.complete(r.sendStatus(), nil)
 	return nil
 }
 
 // sendEager writes a whole small message.
 func (p *Peer) sendEager(r *request) error {
-	if err := p.downErr(); err != nil {
+	if err := r.c.downErr(p, r.peer); err != nil {
 		return err
 	}
 	// The header lives in the request: a local would escape to the heap
 	// through the interface call.
 	h := &r.hdr
-	*h = Header{Kind: KindEager, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count}
+	*h = Header{Kind: KindEager, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, Comm: r.c.id}
 	if err := p.link.Send(h, r.buf.Bytes()); err != nil {
-		return p.writeFailed(err)
+		return r.c.peerErr(p, p.writeFailed(err))
 	}
 	return nil
 }
 
 // sendRTS announces a large message; a link that pulls gets its address.
 func (p *Peer) sendRTS(r *request) error {
-	if err := p.downErr(); err != nil {
+	if err := r.c.downErr(p, r.peer); err != nil {
 		return err
 	}
 	h := &r.hdr
-	*h = Header{Kind: KindRTS, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, SID: r.id}
+	*h = Header{Kind: KindRTS, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, SID: r.id, Comm: r.c.id}
 	if p.puller != nil {
 		if addr, ok := p.puller.PullAddr(r.buf.Bytes(), r.tag); ok {
 			h.Flags |= RTSPull
@@ -120,7 +123,7 @@ func (p *Peer) sendRTS(r *request) error {
 		}
 	}
 	if err := p.link.Send(h, nil); err != nil {
-		return p.writeFailed(err)
+		return r.c.peerErr(p, p.writeFailed(err))
 	}
 	return nil
 }
@@ -185,7 +188,7 @@ func (p *Peer) DataEnd(j Job, err error) {
 	p.writing.Store(nil)
 	e.mu.Unlock()
 	if err != nil {
-		err = p.lossError(err)
+		err = r.c.peerErr(p, p.lossError(err))
 	}
-	r.complete(e.sendStatus(r), err)
+	r.complete(r.sendStatus(), err)
 }

@@ -19,7 +19,8 @@ type Link interface {
 	Send(h *Header, payload []byte) error
 	// Queue hands work to the link's writer, which does it later, in
 	// order, without blocking the caller: a CTS answer, the DATA of a send
-	// whose CTS came (Peer.SendData), or BYE.
+	// whose CTS came (Peer.SendData), LEAVE (a derived communicator's
+	// close), or BYE.
 	Queue(j Job)
 	// EagerLimit is the largest payload the link sends whole.
 	EagerLimit() int64
@@ -34,11 +35,13 @@ type Link interface {
 
 // Job is work for a link's writer.
 type Job struct {
-	// Kind is KindCTS (write a CTS frame: Flags, SID, RID), KindData (send
-	// the DATA of a large message: call Peer.SendData) or KindBye (write
-	// BYE, then end the sending side).
+	// Kind is KindCTS (write a CTS frame: Flags, SID, RID), KindLeave
+	// (write a LEAVE frame: Comm, Flags), KindData (send the DATA of a
+	// large message: call Peer.SendData) or KindBye (write BYE, then end
+	// the sending side).
 	Kind  uint8
 	Flags uint16
+	Comm  uint32 // LEAVE: the communicator
 	SID   uint64 // the sender's id
 	RID   uint64 // the receiver's id
 	send  *request
@@ -47,6 +50,15 @@ type Job struct {
 // CTS returns the header of a KindCTS job.
 func (j *Job) CTS() Header {
 	return Header{Kind: KindCTS, Flags: j.Flags, Seq: j.RID, SID: j.SID}
+}
+
+// Frame returns the header of a job that writes one frame with no
+// payload: KindCTS or KindLeave.
+func (j *Job) Frame() Header {
+	if j.Kind == KindLeave {
+		return Header{Kind: KindLeave, Flags: j.Flags, Comm: j.Comm}
+	}
+	return j.CTS()
 }
 
 // Puller is a Link that can copy a large message straight out of the

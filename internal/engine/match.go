@@ -13,17 +13,6 @@ import (
 // Each link hands its frames to the engine in order, so messages from one
 // sender with one tag are never overtaken.
 
-// usable reports why operations with peer p cannot start, under e.mu.
-func (e *Engine) usable(p *Peer) error {
-	if e.fatal != nil {
-		return e.fatal
-	}
-	if p != nil && p.lost != nil {
-		return p.lost
-	}
-	return nil
-}
-
 // register gives r an id for the rendezvous, under e.mu.
 func (e *Engine) register(r *request) uint64 {
 	id := e.nextID
@@ -34,9 +23,9 @@ func (e *Engine) register(r *request) uint64 {
 
 // removeUnexpected drops m from the unexpected queue if it is there;
 // under e.mu.
-func (e *Engine) removeUnexpected(m *message) {
-	if i := slices.Index(e.unexpected, m); i >= 0 {
-		e.unexpected = slices.Delete(e.unexpected, i, i+1)
+func (c *Comm) removeUnexpected(m *message) {
+	if i := slices.Index(c.unexpected, m); i >= 0 {
+		c.unexpected = slices.Delete(c.unexpected, i, i+1)
 	}
 }
 
@@ -49,8 +38,8 @@ func matches(source, tag, src, mtag int) bool {
 
 // findUnexpected returns the index of the oldest unexpected message a
 // receive for (source, tag) matches, or -1; under e.mu.
-func (e *Engine) findUnexpected(source, tag int) int {
-	for i, m := range e.unexpected {
+func (c *Comm) findUnexpected(source, tag int) int {
+	for i, m := range c.unexpected {
 		if matches(source, tag, m.src, m.tag) {
 			return i
 		}
@@ -60,10 +49,10 @@ func (e *Engine) findUnexpected(source, tag int) int {
 
 // takePosted removes and returns the oldest posted receive that matches m,
 // or nil; under e.mu.
-func (e *Engine) takePosted(m *envelope) *request {
-	for i, r := range e.posted {
+func (c *Comm) takePosted(m *envelope) *request {
+	for i, r := range c.posted {
 		if matches(r.peer, r.tag, m.src, m.tag) {
-			e.posted = slices.Delete(e.posted, i, i+1)
+			c.posted = slices.Delete(c.posted, i, i+1)
 			return r
 		}
 	}
@@ -72,18 +61,20 @@ func (e *Engine) takePosted(m *envelope) *request {
 
 // verdict decides whether message m may land in receive r: nil, or the
 // error r ends with. Element types must agree; with checks on, counts too.
+// Ranks are those of r's communicator.
 func (e *Engine) verdict(r *request, m *envelope) error {
+	me := r.c.rank
 	if m.typ != r.buf.Type {
 		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d), rank %d receives %v",
-			backend.ErrMismatch, m.src, m.count, m.typ, m.tag, e.rank, r.buf.Type)
+			backend.ErrMismatch, m.src, m.count, m.typ, m.tag, me, r.buf.Type)
 	}
 	if m.count > r.buf.Count {
 		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d) into a buffer of %d on rank %d",
-			backend.ErrTruncate, m.src, m.count, m.typ, m.tag, r.buf.Count, e.rank)
+			backend.ErrTruncate, m.src, m.count, m.typ, m.tag, r.buf.Count, me)
 	}
 	if e.check && m.count != r.buf.Count {
 		return fmt.Errorf("%w: rank %d sent %d × %v (tag %d), rank %d receives %d (checks are on: counts must be equal)",
-			backend.ErrMismatch, m.src, m.count, m.typ, m.tag, e.rank, r.buf.Count)
+			backend.ErrMismatch, m.src, m.count, m.typ, m.tag, me, r.buf.Count)
 	}
 	return nil
 }
@@ -104,7 +95,8 @@ func (e *Engine) deliver(r *request, m *envelope, payload []byte) {
 // the sender offered that and the link can, else registers r for the DATA
 // and asks for it (CTS), or refuses. Called under e.mu; it unlocks.
 func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool) {
-	p := e.peers[m.src]
+	c := r.c
+	p := c.peer(m.src)
 	r.src, r.mtag, r.mcount = m.src, m.tag, m.count
 	st := m.status()
 	var flags uint16
@@ -115,8 +107,8 @@ func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool)
 	case err != nil:
 		flags = CTSMismatch
 	}
-	if err == nil && p.lost != nil {
-		err = p.lost
+	if err == nil {
+		err = c.usable(p, m.src)
 	}
 	if err != nil {
 		e.mu.Unlock()
@@ -131,7 +123,7 @@ func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool)
 		perr := p.puller.Pull(r.buf.Bytes()[:m.bytes()], addr)
 		if perr == nil || !errors.Is(perr, backend.ErrNotSupported) {
 			if perr != nil {
-				perr = p.lossError(perr)
+				perr = c.peerErr(p, p.lossError(perr))
 			} else {
 				p.link.Queue(Job{Kind: KindCTS, SID: sid, Flags: CTSDone})
 			}
@@ -144,6 +136,7 @@ func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool)
 	}
 	r.want = m.bytes()
 	id := e.register(r)
+	r.id = id
 	e.mu.Unlock()
 	p.link.Queue(Job{Kind: KindCTS, SID: sid, RID: id})
 }

@@ -24,6 +24,7 @@ const (
 type request struct {
 	completion
 	e      *Engine
+	c      *Comm // the communicator: ranks below are its own
 	kind   reqKind
 	buf    backend.Buffer
 	peer   int // destination, or source (AnySource) as posted
@@ -44,9 +45,9 @@ var reqPool = sync.Pool{New: func() any {
 	return r
 }}
 
-func newRequest(e *Engine, kind reqKind, buf backend.Buffer, peer, tag int, caller uintptr) *request {
+func newRequest(c *Comm, kind reqKind, buf backend.Buffer, peer, tag int, caller uintptr) *request {
 	r := reqPool.Get().(*request)
-	r.e, r.kind, r.buf, r.peer, r.tag, r.caller = e, kind, buf, peer, tag, caller
+	r.e, r.c, r.kind, r.buf, r.peer, r.tag, r.caller = c.e, c, kind, buf, peer, tag, caller
 	return r
 }
 
@@ -56,7 +57,7 @@ func (r *request) Release() {
 		return // still the engine's: never recycled
 	}
 	r.reset()
-	r.e = nil
+	r.e, r.c = nil, nil
 	r.buf = backend.Buffer{}
 	r.id, r.got, r.want, r.src, r.mtag, r.mcount = 0, 0, 0, 0, 0, 0
 	reqPool.Put(r)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 
 	"github.com/courier-mp/courier/backend"
 )
@@ -16,7 +17,8 @@ const (
 	KindRTS   uint8 = 2 // request to send a large message
 	KindCTS   uint8 = 3 // clear to send (or, with CTSDone, the receiver has pulled it)
 	KindData  uint8 = 4 // a chunk of a large message's payload
-	KindBye   uint8 = 5 // the sender closed its communicator
+	KindBye   uint8 = 5 // the sender closed its communicator (the world: the link ends)
+	KindLeave uint8 = 6 // the sender closed (or aborted) one derived communicator; the link goes on
 )
 
 // CTS flags. With CTSTruncate or CTSMismatch the receiver refuses the
@@ -39,11 +41,20 @@ const RTSPull uint16 = 1 << 0
 // will not be in cache when it is read. It changes nothing else.
 const DataStream uint16 = 1 << 0
 
-// ByeAborted is BYE's flag: the sender aborted rather than closed.
+// ByeAborted is the flag of BYE and LEAVE: the sender aborted rather than
+// closed.
 const ByeAborted uint16 = 1 << 0
 
-// HeaderSize is the size of every frame header on the wire.
-const HeaderSize = 32
+// HeaderSize is the size of every frame header on the wire: 36 bytes of
+// fields and, at CheckOffset, a check word over them.
+const HeaderSize = 40
+
+// CheckOffset is where the header's check word lies: CRC32-C (Castagnoli)
+// of the bytes before it. The TCP link writes it (Seal) and verifies it
+// (Verify); the shared-memory ring leaves it zero (Encode's), since its
+// records never leave this host's memory and are written by a process of
+// the same user.
+const CheckOffset = 36
 
 // MaxChunk is the largest DATA payload one frame carries.
 const MaxChunk = 4 << 20
@@ -57,11 +68,12 @@ const EagerLog = 16
 
 // Header is a decoded frame header. Field use depends on Kind:
 //
-//	Eager, RTS: Tag, Type, Count (elements), Seq; RTS also SID (and Addr
-//	            with RTSPull, carried only by links that pull).
+//	Eager, RTS: Comm, Tag, Type, Count (elements), Seq; RTS also SID (and
+//	            Addr with RTSPull, carried only by links that pull).
 //	CTS:        SID (the sender's id), Seq (the receiver's id), Flags.
 //	Data:       Seq (the receiver's id), SID (byte offset), Count (bytes).
 //	Bye:        Flags.
+//	Leave:      Comm (never 0), Flags.
 type Header struct {
 	Kind  uint8
 	Type  backend.DType
@@ -70,10 +82,12 @@ type Header struct {
 	Count int64  // Eager, RTS: elements; Data: chunk length in bytes
 	Seq   uint64 // Eager, RTS: sequence number; CTS, Data: receiver's id
 	SID   uint64 // RTS, CTS: sender's id; Data: byte offset
+	Comm  uint32 // Eager, RTS, Leave: the communicator's id (0: the world)
 	Addr  uint64 // RTS with RTSPull: the payload's address in the sender
 }
 
-// Encode writes the header's 32 wire bytes (Addr is not among them).
+// Encode writes the header's wire bytes (Addr is not among them), with a
+// zero check word.
 func (h *Header) Encode(b *[HeaderSize]byte) {
 	b[0] = h.Kind
 	b[1] = uint8(h.Type)
@@ -82,6 +96,31 @@ func (h *Header) Encode(b *[HeaderSize]byte) {
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.Count))
 	binary.LittleEndian.PutUint64(b[16:], h.Seq)
 	binary.LittleEndian.PutUint64(b[24:], h.SID)
+	binary.LittleEndian.PutUint32(b[32:], h.Comm)
+	binary.LittleEndian.PutUint32(b[CheckOffset:], 0)
+}
+
+// castagnoli is CRC32-C's table (hardware-assisted on amd64 and arm64).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Seal writes the check word of an encoded header: CRC32-C of its bytes
+// before CheckOffset.
+func Seal(b *[HeaderSize]byte) {
+	binary.LittleEndian.PutUint32(b[CheckOffset:], crc32.Checksum(b[:CheckOffset], castagnoli))
+}
+
+// Verify checks the check word of a sealed header (b holds at least
+// HeaderSize bytes): a mismatch is an error matching backend.ErrCorrupt.
+func Verify(b []byte) error {
+	if len(b) < HeaderSize {
+		return fmt.Errorf("%w: %d bytes, want %d", ErrFrame, len(b), HeaderSize)
+	}
+	want := binary.LittleEndian.Uint32(b[CheckOffset:])
+	if got := crc32.Checksum(b[:CheckOffset], castagnoli); got != want {
+		return fmt.Errorf("%w: a frame header fails its check (CRC32-C %08x, the header says %08x): the byte stream was altered in transit",
+			backend.ErrCorrupt, got, want)
+	}
+	return nil
 }
 
 // ErrFrame is a malformed frame: the link cannot be trusted after it.
@@ -101,6 +140,7 @@ func DecodeHeader(b []byte, eager int64) (Header, error) {
 		Count: int64(binary.LittleEndian.Uint64(b[8:])),
 		Seq:   binary.LittleEndian.Uint64(b[16:]),
 		SID:   binary.LittleEndian.Uint64(b[24:]),
+		Comm:  binary.LittleEndian.Uint32(b[32:]),
 	}
 	return h, h.Check(eager)
 }
@@ -127,6 +167,10 @@ func (h *Header) Check(eager int64) error {
 			return fmt.Errorf("%w: data offset %d", ErrFrame, h.SID)
 		}
 	case KindBye:
+	case KindLeave:
+		if h.Comm == 0 {
+			return fmt.Errorf("%w: LEAVE of communicator 0 (the world says BYE)", ErrFrame)
+		}
 	default:
 		return fmt.Errorf("%w: kind %d", ErrFrame, h.Kind)
 	}

@@ -39,6 +39,10 @@ var (
 	// ErrCanceled: a receive was canceled (Request.Cancel) before a
 	// message matched it; it received nothing.
 	ErrCanceled = errors.New("request canceled")
+	// ErrCorrupt: bytes from a peer failed their integrity check (a TCP
+	// frame header whose CRC32-C does not match): the connection cannot be
+	// trusted and is closed.
+	ErrCorrupt = errors.New("corrupt data from a peer")
 )
 
 // ErrPeerClosed is wrapped, beside ErrPeerLost, in the error of operations

@@ -79,10 +79,11 @@ var allowed = map[string][]string{
 // and in package x_test) may import besides the package itself and what
 // the package may import.
 var testOnly = map[string][]string{
-	"cuda":        {"backend"}, // the tests match backend's sentinels
-	"bootstrap":   {"internal/leakcheck"},
-	"backend/tcp": {"internal/leakcheck"},
-	"backend/shm": {"internal/conformance"}, // the thresholds lie in the suite's sweep
+	"cuda":            {"backend"}, // the tests match backend's sentinels
+	"bootstrap":       {"internal/leakcheck"},
+	"backend/tcp":     {"internal/leakcheck"},
+	"internal/engine": {"internal/leakcheck"},
+	"backend/shm":     {"internal/conformance"}, // the thresholds lie in the suite's sweep
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "mp",
