@@ -16,6 +16,7 @@
 //
 //	open.go       the drivers ("tcp", "host"), Open, New, the options
 //	connect.go    connecting a job: address cards, which transport each pair uses, dialing and accepting
+//	accept.go     accepting the higher ranks: strangers dropped, handshakes side by side, bounded
 //	handshake.go  the first frames on a connection: who is calling, checked against the job
 //	peer.go       one TCP link: its goroutines, sending, the end of the connection
 //	read.go       the frame parser that the reader goroutine and waiters share, partial frames kept
