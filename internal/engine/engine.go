@@ -26,8 +26,10 @@ type Engine struct {
 	unexpected []*message          // messages in the order they arrived
 	inflight   map[uint64]*request // rendezvous under way, by id
 	nextID     uint64
-	fatal      error                 // set by Close or Abort: every new operation fails with it
-	dead       atomic.Pointer[error] // fatal, for paths that do not take mu
+	fatal      error                             // set by Close or Abort: every new operation fails with it
+	dead       atomic.Pointer[error]             // fatal, for paths that do not take mu
+	cause      atomic.Pointer[backend.LostError] // the first rank lost by failure (failure.go): named in BYE
+	wildLosses []error                           // failures no receive from AnySource has reported yet (failure.go)
 
 	closeOnce sync.Once
 	closing   atomic.Bool

@@ -26,5 +26,10 @@ func (e *Engine) Iprobe(source, tag int) (bool, backend.Status, error) {
 			return false, backend.Status{}, err
 		}
 	}
+	if source == backend.AnySource {
+		if err := e.usable(nil); err != nil {
+			return false, backend.Status{}, err // no rank is left that could send
+		}
+	}
 	return false, backend.Status{}, nil
 }
