@@ -26,11 +26,14 @@ const (
 	TransportTCP = "tcp" // TCP, between any two ranks
 )
 
-// transportSet is what Open may use, and how shared memory copies large
-// messages (COURIER_SHM_COPY).
+// transportSet is what Open may use, how shared memory copies large
+// messages (COURIER_SHM_COPY), and how long TCP data may go unanswered.
 type transportSet struct {
 	shm, tcp bool
 	copy     shm.Copy
+	// userTimeout bounds a TCP link's unanswered data (tuneConn; -1: no
+	// bound), from COURIER_TCP_USER_TIMEOUT.
+	userTimeout time.Duration
 }
 
 // transports reads COURIER_TRANSPORTS: a comma-separated list of shm and
@@ -247,7 +250,7 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 			locals = append(locals, shm.Local{Rank: j, Conn: nc.(*net.UnixConn)})
 			continue
 		}
-		tuneConn(nc)
+		tuneConn(nc, tr.userTimeout)
 		l := newLink(e, nc)
 		l.p = e.Attach(j, l)
 		links = append(links, l)
