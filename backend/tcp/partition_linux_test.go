@@ -28,7 +28,8 @@ const requireNetns = "COURIER_REQUIRE_NETNS"
 // send to rank 1, which waits to receive it: the sender, with bytes in
 // flight (the RTS) that are never acknowledged, and the receiver, whose
 // connection is idle, both end their operations with ErrPeerLost within the bound
-// (UserTimeout, here 2 s) and the keep-alive's slack, instead of after
+// (UserTimeout, here 2 s, or COURIER_TCP_USER_TIMEOUT when set) and the
+// keep-alive's slack, instead of after
 // TCP's retransmissions run out (some 15 minutes).
 func TestPartitionEndsBothSides(t *testing.T) {
 	if testing.Short() {
@@ -41,7 +42,13 @@ func TestPartitionEndsBothSides(t *testing.T) {
 	accepted, err := ln.Accept()
 	require.NoError(t, err)
 
-	const bound = 2 * time.Second
+	bound := 2 * time.Second // short, so the test is; COURIER_TCP_USER_TIMEOUT measures another
+	if os.Getenv(UserTimeoutEnv) != "" {
+		ut, err := userTimeout(backend.Config{})
+		require.NoError(t, err)
+		require.Positive(t, ut, "the test needs a bound")
+		bound = ut
+	}
 	ctx := context.Background()
 	r0, err := New(ctx, Options{Rank: 0, Size: 2, Conns: []net.Conn{nil, accepted}, Linger: 100 * time.Millisecond, UserTimeout: bound})
 	require.NoError(t, err)
