@@ -29,7 +29,11 @@ func (e *Engine) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (bac
 	e.mu.Lock()
 	i := e.findUnexpected(source, tag)
 	if i < 0 {
-		if err := e.usable(p); err != nil {
+		usable := e.usable(p)
+		if source == backend.AnySource {
+			usable = e.wildUsable()
+		}
+		if err := usable; err != nil {
 			e.mu.Unlock()
 			r.Release()
 			return nil, err

@@ -13,8 +13,7 @@ import (
 // Each link hands its frames to the engine in order, so messages from one
 // sender with one tag are never overtaken.
 
-// usable reports why operations with peer p (nil: a receive from
-// AnySource) cannot start, under e.mu.
+// usable reports why operations with peer p cannot start, under e.mu.
 func (e *Engine) usable(p *Peer) error {
 	if e.fatal != nil {
 		return e.fatal
@@ -22,15 +21,21 @@ func (e *Engine) usable(p *Peer) error {
 	if p != nil && p.lost != nil {
 		return p.lost
 	}
-	if p == nil {
-		// A wildcard: a loss no wildcard has reported yet, or no rank
-		// left that could send (failure.go).
-		if err := e.wildLoss(); err != nil {
-			return err
-		}
-		if e.noSender() {
-			return e.lastLoss()
-		}
+	return nil
+}
+
+// wildUsable reports why a receive or probe from AnySource that finds no
+// message cannot wait, under e.mu: a loss no wildcard has reported yet,
+// or no rank left that could send (failure.go).
+func (e *Engine) wildUsable() error {
+	if err := e.usable(nil); err != nil {
+		return err
+	}
+	if err := e.wildLoss(); err != nil {
+		return err
+	}
+	if e.noSender() {
+		return e.lastLoss()
 	}
 	return nil
 }

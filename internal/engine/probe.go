@@ -27,7 +27,7 @@ func (e *Engine) Iprobe(source, tag int) (bool, backend.Status, error) {
 		}
 	}
 	if source == backend.AnySource {
-		if err := e.usable(nil); err != nil {
+		if err := e.wildUsable(); err != nil {
 			return false, backend.Status{}, err // no rank is left that could send
 		}
 	}
