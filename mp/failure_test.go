@@ -1,13 +1,17 @@
 package mp_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
 )
@@ -112,5 +116,38 @@ func TestMasterWorkerSurvivesLostWorker(t *testing.T) {
 	assert.Equal(t, []int{3}, lostSeen)
 	for i, v := range done {
 		assert.Equal(t, int64(i*i), v, "task %d", i)
+	}
+}
+
+// TestInitErrorsMatchSentinels: a launch that cannot be right fails Init
+// with an error that matches mp's sentinels, not only the bootstrap's.
+func TestInitErrorsMatchSentinels(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := mp.Init(ctx, mp.WithJob(bootstrap.Job{Rank: 3, Size: 2}), mp.WithBackend("tcp"))
+	require.ErrorIs(t, err, mp.ErrInvalid)
+	_, err = mp.Init(ctx, mp.WithJob(bootstrap.Job{Rank: 1, Size: 2, Key: "k", Addr: "no-such-host.invalid:4000"}), mp.WithBackend("tcp"))
+	require.ErrorIs(t, err, mp.ErrInvalid)
+	assert.ErrorContains(t, err, "COURIER_ADDR")
+
+	jobs, err := ranktest.Jobs(2)
+	require.NoError(t, err)
+	wrong := jobs[1]
+	wrong.Size = 3
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, j := range []bootstrap.Job{jobs[0], wrong} {
+		wg.Go(func() {
+			c, err := mp.Init(ctx, mp.WithJob(j), mp.WithBackend("tcp"), mp.WithEnv(func(string) string { return "" }))
+			if err == nil {
+				c.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.ErrorIs(t, err, mp.ErrInvalid, "rank %d", r)
+		assert.ErrorContains(t, err, "size mismatch", "rank %d", r)
 	}
 }
