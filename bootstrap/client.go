@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/courier-mp/courier/internal/auth"
@@ -123,7 +125,7 @@ func dial(ctx context.Context, job Job) (net.Conn, error) {
 func (c *client) handshake(key string) error {
 	p, err := c.expect(frameHello)
 	if err != nil {
-		if !errors.Is(err, errs.ErrInvalid) && !errors.Is(err, errProtocol) && errors.Is(err, ErrPeerLost) {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			return &busy{err} // closed before any frame
 		}
 		return err
