@@ -155,7 +155,7 @@ func (p *Peer) onBye(h *Header) {
 	lost := p.rank
 	k := int(h.Tag)
 	switch {
-	case h.Flags&ByeLost != 0 && k >= 0 && k < p.e.size && k != p.rank:
+	case h.Flags&ByeLost != 0 && k >= 0 && k < p.e.size && k != p.rank && k != p.e.rank:
 		lost = k
 		if h.Flags&ByeAborted != 0 {
 			err = fmt.Errorf("%w: rank %d (rank %d %s after it lost rank %d)", backend.ErrPeerLost, k, p.rank, how, k)
