@@ -63,6 +63,6 @@
 //	coll.go      the collectives: CollKind, ReduceOp, Coll, Collectives, ErrSkip
 //	device.go    the GPU side: PickDevice, Stream, DeviceConn, StreamWaiter,
 //	             StreamConn
-//	errors.go    the sentinel errors (internal/errs's values) and ErrPeerClosed
+//	errors.go    the sentinel errors (internal/errs's values), ErrPeerClosed and LostError
 //	registry.go  Register, Lookup, Drivers
 package backend

@@ -50,3 +50,9 @@ var (
 //
 // Its text completes "rank N …".
 var ErrPeerClosed = errs.ErrPeerClosed
+
+// LostError is the contract's way to name the rank an ErrPeerLost error
+// reports (internal/errs's type): a transport wraps its loss errors in
+// one, with the rank that died, or the rank a peer that left said it had
+// lost. mp's OpError.LostRank reads it.
+type LostError = errs.LostError

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/courier-mp/courier/internal/auth"
+	"github.com/courier-mp/courier/internal/errs"
 )
 
 // Dial backoff while rank 0 is not listening yet.
@@ -24,6 +27,9 @@ type client struct {
 	conn       net.Conn
 	rank, size int
 	addr       string
+	key        string
+	session    [auth.NonceSize]byte // rank 0's nonce for this rendezvous (from its ok)
+	rounds     uint64               // rounds begun; under mu
 
 	closing atomic.Bool
 	mu      sync.Mutex // held by AllGather and Close
@@ -39,19 +45,42 @@ type otherJob struct{ err error }
 func (e *otherJob) Error() string { return e.err.Error() }
 func (e *otherJob) Unwrap() error { return e.err }
 
-// join runs Connect for a rank other than 0.
+// busy marks a connection that rank 0 closed before it said hello: it
+// was handshaking with as many connections as it takes at once (strangers
+// among them), so the rank tries again.
+type busy struct{ err error }
+
+func (e *busy) Error() string { return e.err.Error() }
+func (e *busy) Unwrap() error { return e.err }
+
+// join runs Connect for a rank other than 0. A connection rank 0 drops
+// before its hello is tried again, with a growing pause, until ctx ends.
 func join(ctx context.Context, job Job, key string) (*client, error) {
-	conn, err := dial(ctx, job)
-	if err != nil {
-		return nil, err
+	pause := firstBackoff
+	for {
+		conn, err := dial(ctx, job)
+		if err != nil {
+			return nil, err
+		}
+		c, err := attach(ctx, conn, job, key, job.Addr)
+		if _, again := errors.AsType[*busy](err); !again || ctx.Err() != nil {
+			return c, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+		pause = min(2*pause, maxBackoff)
 	}
-	return attach(ctx, conn, job, key, job.Addr)
 }
 
 // attach runs the handshake on conn, a connection to rank 0 at addr, and
 // returns the client, or closes conn.
 func attach(ctx context.Context, conn net.Conn, job Job, key, addr string) (*client, error) {
-	c := &client{conn: conn, rank: job.Rank, size: job.Size, addr: addr}
+	c := &client{conn: conn, rank: job.Rank, size: job.Size, addr: addr, key: key}
 	stop := watch(ctx, []net.Conn{conn})
 	err := c.handshake(key)
 	if !stop() {
@@ -74,7 +103,11 @@ func dial(ctx context.Context, job Job) (net.Conn, error) {
 			return conn, nil
 		}
 		if _, bad := errors.AsType[*net.AddrError](err); bad {
-			return nil, fmt.Errorf("bootstrap: rank %d: bad rendezvous address %q (COURIER_ADDR): %w", job.Rank, job.Addr, err)
+			return nil, fmt.Errorf("bootstrap: rank %d: bad rendezvous address %q (COURIER_ADDR): %w: %w", job.Rank, job.Addr, err, errs.ErrInvalid)
+		}
+		if dns, ok := errors.AsType[*net.DNSError](err); ok && dns.IsNotFound {
+			return nil, fmt.Errorf("bootstrap: rank %d: the host of the rendezvous address %q (COURIER_ADDR) is unknown: %w: %w",
+				job.Rank, job.Addr, err, errs.ErrInvalid)
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -92,6 +125,9 @@ func dial(ctx context.Context, job Job) (net.Conn, error) {
 func (c *client) handshake(key string) error {
 	p, err := c.expect(frameHello)
 	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return &busy{err} // closed before any frame
+		}
 		return err
 	}
 	challenge, err := parseHello(p)
@@ -107,7 +143,8 @@ func (c *client) handshake(key string) error {
 	if p, err = c.expect(frameOK); err != nil {
 		return err
 	}
-	if !auth.Verify(key, okContext, m.nonce, p, facts) {
+	copy(c.session[:], p[auth.MACSize:])
+	if !auth.Verify(key, okContext, m.nonce, p[:auth.MACSize], facts, c.session[:]) {
 		return &otherJob{fmt.Errorf("%w: rank 0 at %s does not know this job's key (another job's rendezvous?)", ErrRefused, c.addr)}
 	}
 	return nil
@@ -116,7 +153,7 @@ func (c *client) handshake(key string) error {
 // expect reads a frame of type typ and returns its payload; an error frame
 // becomes the error it carries.
 func (c *client) expect(typ byte) ([]byte, error) {
-	t, p, err := readFrame(c.conn)
+	t, p, err := readFrameOf(c.conn, string([]byte{typ, frameError}))
 	switch {
 	case err != nil:
 		return nil, c.lost(err)
@@ -177,9 +214,12 @@ func (c *client) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
 	return all, nil
 }
 
-// round sends one blob and reads Size.
+// round sends one blob, with its MAC, and reads Size, checking theirs.
 func (c *client) round(data []byte) ([][]byte, error) {
-	if err := writeFrame(c.conn, frameBlob, data); err != nil {
+	round := c.rounds
+	c.rounds++
+	mac := blobMAC(c.key, c.session, c.rank, c.size, round, data)
+	if err := writeFrame(c.conn, frameBlob, mac[:], data); err != nil {
 		// rank 0 may have said why before it closed.
 		if t, p, rerr := readFrame(c.conn); rerr == nil && t == frameError {
 			return nil, c.remote(p)
@@ -192,7 +232,11 @@ func (c *client) round(data []byte) ([][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		all[r] = p
+		blob, ok := openBlob(c.key, c.session, r, c.size, round, p)
+		if !ok {
+			return nil, fmt.Errorf("bootstrap: rank %d: %w: the blob of rank %d, from rank 0 at %s", c.rank, ErrTampered, r, c.addr)
+		}
+		all[r] = blob
 	}
 	return all, nil
 }

@@ -3,18 +3,20 @@ package bootstrap
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/courier-mp/courier/internal/errs"
 )
 
 // ErrBadEnv reports a launcher environment that cannot be right: a rank or
 // size that is not an integer or out of range, or one given without the
-// other. The error that wraps it names the variables and their values.
-var ErrBadEnv = errors.New("bootstrap: bad launcher environment")
+// other. The error that wraps it names the variables and their values. It
+// matches errs.ErrInvalid (mp.ErrInvalid).
+var ErrBadEnv = sentinel("bootstrap: bad launcher environment", errs.ErrInvalid)
 
 // FromEnv reads this process's place in its job from the launcher's
 // environment, looking variables up with getenv (os.Getenv when nil). An

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"crypto/hmac"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/courier-mp/courier/internal/auth"
+	"github.com/courier-mp/courier/internal/errs"
 )
 
 // The wire format of the rendezvous; PROTOCOL.md describes it.
@@ -20,8 +22,8 @@ const MaxBlob = 1 << 20
 
 // ErrTooLarge reports a blob over MaxBlob, whether given to AllGather or
 // announced by a peer's frame header (which is refused before anything is
-// allocated).
-var ErrTooLarge = errors.New("bootstrap: blob larger than 1 MiB")
+// allocated). It matches errs.ErrInvalid (mp.ErrInvalid).
+var ErrTooLarge = sentinel("bootstrap: blob larger than 1 MiB", errs.ErrInvalid)
 
 // errProtocol reports bytes that are not the rendezvous protocol.
 var errProtocol = errors.New("bootstrap: rendezvous protocol violation")
@@ -32,7 +34,7 @@ const (
 	frameAuth  byte = 'A' // rank → rank 0: rank, size, proof, nonce
 	frameOK    byte = 'K' // rank 0 → rank: proof
 	frameError byte = 'E' // rank 0 → rank: code, text
-	frameBlob  byte = 'B' // both ways: one rank's contribution
+	frameBlob  byte = 'B' // both ways: one rank's contribution, after its MAC
 )
 
 // Codes of error frames.
@@ -43,12 +45,15 @@ const (
 
 const (
 	magic           = "CRDV"
-	protocolVersion = 1
+	protocolVersion = 2
 	headerLen       = 5 // type, uint32 payload length
 	helloLen        = len(magic) + 1 + auth.NonceSize
 	authLen         = 4 + 4 + auth.MACSize + auth.NonceSize
-	okLen           = auth.MACSize
+	okLen           = auth.MACSize + auth.NonceSize
 	maxErrorText    = 1024
+	// maxBlobFrame is the largest blob frame's payload: a MAC, then the
+	// blob.
+	maxBlobFrame = auth.MACSize + MaxBlob
 )
 
 // checkBlob refuses a contribution of n bytes over MaxBlob.
@@ -75,8 +80,11 @@ func checkHeader(typ byte, n uint32) error {
 			return fmt.Errorf("%w: error frame of %d bytes", errProtocol, n)
 		}
 	case frameBlob:
-		if n > MaxBlob {
+		if n > maxBlobFrame {
 			return fmt.Errorf("%w: a frame announces %d bytes", ErrTooLarge, n)
+		}
+		if n < auth.MACSize {
+			return fmt.Errorf("%w: blob frame of %d bytes, shorter than its MAC", errProtocol, n)
 		}
 	default:
 		return fmt.Errorf("%w: unknown frame type 0x%02x", errProtocol, typ)
@@ -91,6 +99,14 @@ func checkHeader(typ byte, n uint32) error {
 // a frame, and io.ErrUnexpectedEOF when it ends inside one. The length is
 // checked before the payload is allocated.
 func readFrame(r io.Reader) (typ byte, payload []byte, err error) {
+	return readFrameOf(r, "")
+}
+
+// readFrameOf is readFrame for a reader that expects one of the frame
+// types in types ("": any): a frame of another type is refused from its
+// header, before its payload is allocated, so a peer that has not proved
+// it knows the key cannot make rank 0 allocate a blob's megabyte.
+func readFrameOf(r io.Reader, types string) (typ byte, payload []byte, err error) {
 	var hdr [headerLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
@@ -98,6 +114,9 @@ func readFrame(r io.Reader) (typ byte, payload []byte, err error) {
 	typ, n := hdr[0], binary.BigEndian.Uint32(hdr[1:])
 	if err := checkHeader(typ, n); err != nil {
 		return 0, nil, err
+	}
+	if types != "" && strings.IndexByte(types, typ) < 0 {
+		return 0, nil, fmt.Errorf("%w: frame %q where %q was due", errProtocol, typ, types)
 	}
 	payload = make([]byte, n)
 	if _, err := io.ReadFull(r, payload); err != nil {
@@ -115,26 +134,59 @@ func putHeader(h []byte, typ byte, n int) {
 	binary.BigEndian.PutUint32(h[1:headerLen], uint32(n))
 }
 
-// writeFrame writes one frame, header and payload in one write.
-func writeFrame(w io.Writer, typ byte, payload []byte) error {
+// writeFrame writes one frame, header and payload (the concatenation of
+// parts) in one write.
+func writeFrame(w io.Writer, typ byte, parts ...[]byte) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
 	var h [headerLen]byte
-	putHeader(h[:], typ, len(payload))
-	bufs := net.Buffers{h[:], payload}
+	putHeader(h[:], typ, n)
+	bufs := append(net.Buffers{h[:]}, parts...)
 	_, err := bufs.WriteTo(w)
 	return err
 }
 
-// writeBlobs writes one blob frame per entry of blobs, in one write.
-func writeBlobs(w io.Writer, blobs [][]byte) error {
+// writeBlobs writes one blob frame per entry of blobs, each after its
+// MAC, in one write.
+func writeBlobs(w io.Writer, blobs [][]byte, macs [][auth.MACSize]byte) error {
 	hdrs := make([]byte, headerLen*len(blobs))
-	bufs := make(net.Buffers, 0, 2*len(blobs))
+	bufs := make(net.Buffers, 0, 3*len(blobs))
 	for i, b := range blobs {
 		h := hdrs[i*headerLen : (i+1)*headerLen]
-		putHeader(h, frameBlob, len(b))
-		bufs = append(bufs, h, b)
+		putHeader(h, frameBlob, auth.MACSize+len(b))
+		bufs = append(bufs, h, macs[i][:], b)
 	}
 	_, err := bufs.WriteTo(w)
 	return err
+}
+
+// blobContext is the context of a blob's MAC.
+const blobContext = "courier-rendezvous-blob"
+
+// blobMAC binds one rank's contribution to this rendezvous and round:
+// HMAC-SHA256 keyed with the job key over the context, the session nonce
+// rank 0 handed out when it admitted the ranks, the owner's rank, the
+// size, the round's number, and the blob. A relay that rewrites a blob, or
+// replays one from another round or another rendezvous of the same key,
+// is found out.
+func blobMAC(key string, session [auth.NonceSize]byte, owner, size int, round uint64, blob []byte) [auth.MACSize]byte {
+	var facts [16]byte
+	binary.BigEndian.PutUint32(facts[0:], uint32(owner))
+	binary.BigEndian.PutUint32(facts[4:], uint32(size))
+	binary.BigEndian.PutUint64(facts[8:], round)
+	return auth.Prove(key, blobContext, session, facts[:], blob)
+}
+
+// openBlob checks a blob frame's MAC and returns the blob.
+func openBlob(key string, session [auth.NonceSize]byte, owner, size int, round uint64, p []byte) ([]byte, bool) {
+	if len(p) < auth.MACSize {
+		return nil, false
+	}
+	mac, blob := p[:auth.MACSize], p[auth.MACSize:]
+	want := blobMAC(key, session, owner, size, round, blob)
+	return blob, hmac.Equal(mac, want[:])
 }
 
 // helloPayload is rank 0's greeting: magic, version, challenge.

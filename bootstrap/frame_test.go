@@ -41,9 +41,14 @@ func TestFrameRoundTrip(t *testing.T) {
 	var stream bytes.Buffer
 	writeFrame(&stream, frameHello, helloPayload(nonce))
 	writeFrame(&stream, frameAuth, m.marshal())
-	writeFrame(&stream, frameOK, m.proof[:])
+	writeFrame(&stream, frameOK, m.proof[:], m.nonce[:])
 	writeFrame(&stream, frameError, errorPayload(codeLost, "rank 3: EOF"))
-	writeBlobs(&stream, [][]byte{[]byte("a"), {}, bytes.Repeat([]byte{7}, MaxBlob)})
+	blobs := [][]byte{[]byte("a"), {}, bytes.Repeat([]byte{7}, MaxBlob)}
+	macs := make([][auth.MACSize]byte, len(blobs))
+	for i, b := range blobs {
+		macs[i] = blobMAC("k", nonce, i, 3, 9, b)
+	}
+	writeBlobs(&stream, blobs, macs)
 
 	typ, p, err := readFrame(&stream)
 	if err != nil || typ != frameHello {
@@ -60,7 +65,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		t.Errorf("parseAuth = %+v, %v; want %+v", got, err, m)
 	}
 	typ, p, err = readFrame(&stream)
-	if err != nil || typ != frameOK || !bytes.Equal(p, m.proof[:]) {
+	if err != nil || typ != frameOK || !bytes.Equal(p, append(m.proof[:], m.nonce[:]...)) {
 		t.Errorf("ok: %q, %x, %v", typ, p, err)
 	}
 	typ, p, err = readFrame(&stream)
@@ -70,10 +75,17 @@ func TestFrameRoundTrip(t *testing.T) {
 	if code, text, err := parseError(p); err != nil || code != codeLost || text != "rank 3: EOF" {
 		t.Errorf("parseError = %d, %q, %v", code, text, err)
 	}
-	for _, want := range []int{1, 0, MaxBlob} {
+	for i, want := range []int{1, 0, MaxBlob} {
 		typ, p, err = readFrame(&stream)
-		if err != nil || typ != frameBlob || len(p) != want || p == nil {
-			t.Errorf("blob: %q, %d bytes (nil: %t), %v; want %d", typ, len(p), p == nil, err, want)
+		if err != nil || typ != frameBlob {
+			t.Fatalf("blob: %q, %v", typ, err)
+		}
+		blob, ok := openBlob("k", nonce, i, 3, 9, p)
+		if !ok || len(blob) != want || blob == nil {
+			t.Errorf("blob %d: %d bytes (nil: %t), MAC good: %t; want %d", i, len(blob), blob == nil, ok, want)
+		}
+		if _, ok := openBlob("k", nonce, i, 3, 10, p); ok {
+			t.Errorf("blob %d passes as one of another round", i)
 		}
 	}
 	if _, _, err := readFrame(&stream); err != io.EOF {
@@ -93,10 +105,11 @@ func TestReadFrameErrors(t *testing.T) {
 		{"short ok", header(frameOK, 1), errProtocol},
 		{"empty error", header(frameError, 0), errProtocol},
 		{"long error", header(frameError, uint32(2+maxErrorText)), errProtocol},
-		{"blob over 1 MiB", header(frameBlob, uint32(MaxBlob+1)), ErrTooLarge},
+		{"blob over 1 MiB", header(frameBlob, uint32(maxBlobFrame+1)), ErrTooLarge},
+		{"blob without its MAC", header(frameBlob, auth.MACSize-1), errProtocol},
 		{"blob of 4 GiB", header(frameBlob, 1<<32-1), ErrTooLarge},
 		{"cut header", header(frameBlob, 3)[:3], io.ErrUnexpectedEOF},
-		{"cut payload", append(header(frameBlob, 3), 'x'), io.ErrUnexpectedEOF},
+		{"cut payload", append(header(frameBlob, 33), 'x'), io.ErrUnexpectedEOF},
 		{"empty", nil, io.EOF},
 	}
 	for _, tt := range tests {
@@ -134,11 +147,11 @@ func TestParseErrors(t *testing.T) {
 	wrongMagic := bytes.Clone(hello)
 	wrongMagic[0] = 'X'
 	wrongVersion := bytes.Clone(hello)
-	wrongVersion[len(magic)] = 2
+	wrongVersion[len(magic)] = 1
 	if _, err := parseHello(wrongMagic); !errors.Is(err, errProtocol) || !strings.Contains(err.Error(), "not a courier rendezvous") {
 		t.Errorf("wrong magic: %v", err)
 	}
-	if _, err := parseHello(wrongVersion); !errors.Is(err, errProtocol) || !strings.Contains(err.Error(), "version 2") {
+	if _, err := parseHello(wrongVersion); !errors.Is(err, errProtocol) || !strings.Contains(err.Error(), "version 1") {
 		t.Errorf("wrong version: %v", err)
 	}
 	if _, err := parseAuth(make([]byte, authLen-1)); !errors.Is(err, errProtocol) {
@@ -192,13 +205,13 @@ func (c fakeConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
 func FuzzFrame(f *testing.F) {
 	m := sampleAuth()
 	f.Add(frameBytes(frameHello, helloPayload(auth.Nonce())))
-	f.Add(append(frameBytes(frameHello, helloPayload(auth.Nonce())), frameBytes(frameOK, m.proof[:])...))
+	f.Add(append(frameBytes(frameHello, helloPayload(auth.Nonce())), frameBytes(frameOK, append(m.proof[:], m.nonce[:]...))...))
 	f.Add(frameBytes(frameAuth, m.marshal()))
-	f.Add(frameBytes(frameOK, m.proof[:]))
+	f.Add(frameBytes(frameOK, append(m.proof[:], m.nonce[:]...)))
 	f.Add(frameBytes(frameError, errorPayload(codeRefused, "connection from another job: job key mismatch")))
 	f.Add(append(frameBytes(frameHello, helloPayload(auth.Nonce())),
 		frameBytes(frameError, errorPayload(codeRefused, "rank 2 joined twice"))...))
-	f.Add(append(frameBytes(frameBlob, []byte("addr=10.0.0.1:4000")), frameBytes(frameBlob, nil)...))
+	f.Add(append(frameBytes(frameBlob, append(make([]byte, auth.MACSize), "addr=10.0.0.1:4000"...)), frameBytes(frameBlob, make([]byte, auth.MACSize))...))
 	f.Add(header(frameBlob, 1<<32-1))
 	f.Add(header(frameError, 3))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
@@ -229,7 +242,7 @@ func FuzzFrame(f *testing.F) {
 					t.Fatal("error frame re-encodes to other bytes")
 				}
 			case frameBlob:
-				if len(p) > MaxBlob {
+				if len(p) > maxBlobFrame {
 					t.Fatalf("blob of %d bytes", len(p))
 				}
 			}
@@ -244,12 +257,13 @@ func FuzzFrame(f *testing.F) {
 			t.Fatal("a rank accepted rank 0's forged proof")
 		}
 		c.conn = fakeConn{r: bytes.NewReader(data)}
-		if all, err := c.round([]byte("x")); err == nil && len(all) != 4 {
-			t.Fatalf("round returned %d blobs", len(all))
+		c.key = "key"
+		if _, err := c.round([]byte("x")); err == nil {
+			t.Fatal("a rank took blobs whose MACs no one could compute")
 		}
 		s = &server{key: "key", size: 2, conns: []net.Conn{nil, fakeConn{r: bytes.NewReader(data)}}}
-		if all, lost := s.gather([]byte("x")); lost == nil && len(data) < headerLen+len(all[1]) {
-			t.Fatal("rank 0 read a blob from fewer bytes")
+		if _, _, lost := s.gather(0, []byte("x")); lost == nil {
+			t.Fatal("rank 0 took a blob whose MAC no one could compute")
 		}
 	})
 }

@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/courier-mp/courier/internal/errs"
 	"github.com/courier-mp/courier/internal/netaddr"
 )
 
@@ -19,22 +19,33 @@ var (
 	// no address file to meet through (a launch by hand, a launcher that
 	// gave no job ID, or ranks on several hosts). The error that wraps it
 	// says what to set.
-	ErrNoRendezvous = errors.New("bootstrap: no rendezvous for a job of several ranks: " +
-		"set COURIER_ADDR=host:port of rank 0 on every rank, or launch with courier run, or build with -tags mpi")
+	ErrNoRendezvous = sentinel("bootstrap: no rendezvous for a job of several ranks: "+
+		"set COURIER_ADDR=host:port of rank 0 on every rank, or launch with courier run, or build with -tags mpi", errs.ErrInvalid)
 
 	// ErrRefused reports a rendezvous that turned a rank away, or a job
 	// that rank 0 gave up on because one of its ranks was turned away: a
 	// process of another job (job key mismatch), a rank that joined twice,
 	// or ranks that disagree on the size. The error that wraps it carries
-	// the reason.
-	ErrRefused = errors.New("bootstrap: rendezvous refused")
+	// the reason. It matches errs.ErrInvalid (mp.ErrInvalid): the launch
+	// is misconfigured.
+	ErrRefused = sentinel("bootstrap: rendezvous refused", errs.ErrInvalid)
 
 	// ErrPeerLost reports a rank that left, or never joined, while the
-	// others waited for it. The error that wraps it names the rank.
-	ErrPeerLost = errors.New("bootstrap: peer lost")
+	// others waited for it. The error that wraps it names the rank. It
+	// matches errs.ErrPeerLost (mp.ErrPeerLost).
+	ErrPeerLost = sentinel("bootstrap: peer lost", errs.ErrPeerLost)
 
-	// ErrClosed is returned by AllGather after Close.
-	ErrClosed = errors.New("bootstrap: exchanger closed")
+	// ErrTampered reports rendezvous data that fails its authentication: a
+	// blob whose MAC is not the job's (PROTOCOL.md, "Rounds"), so
+	// something on the path between a rank and rank 0 changed it, or the
+	// peer is not of this job. The error that wraps it names the rank
+	// whose blob it was. It matches errs.ErrPeerLost (mp.ErrPeerLost): the
+	// connection cannot be trusted after it.
+	ErrTampered = sentinel("bootstrap: rendezvous data failed authentication (changed on the way?)", errs.ErrPeerLost)
+
+	// ErrClosed is returned by AllGather after Close. It matches
+	// errs.ErrClosed (mp.ErrClosed).
+	ErrClosed = sentinel("bootstrap: exchanger closed", errs.ErrClosed)
 )
 
 const (
@@ -47,6 +58,21 @@ const (
 	// error frame before it closes the connection.
 	lingerTimeout = 250 * time.Millisecond
 )
+
+// kinded is a bootstrap sentinel that also matches one of courier's own
+// (internal/errs, which mp re-exports), so that a caller of mp.Init can
+// branch with errors.Is(err, mp.ErrInvalid) as well as with the
+// bootstrap's finer value.
+type kinded struct {
+	text string
+	kind error
+}
+
+func (e *kinded) Error() string        { return e.text }
+func (e *kinded) Is(target error) bool { return target == e.kind }
+
+// sentinel makes a bootstrap sentinel that matches kind too.
+func sentinel(text string, kind error) error { return &kinded{text: text, kind: kind} }
 
 // aLongTimeAgo is a deadline in the past: setting it makes pending I/O on
 // a connection fail at once.
@@ -174,8 +200,8 @@ func exchanger[E Exchanger](e E, err error) (Exchanger, error) {
 // check refuses a Job that FromEnv would not return.
 func (j *Job) check() error {
 	if j.Size < 1 || j.Size > maxRanks || j.Rank < 0 || j.Rank >= j.Size {
-		return fmt.Errorf("bootstrap: invalid job: rank %d of size %d (the rendezvous serves 1 to %d ranks)",
-			j.Rank, j.Size, maxRanks)
+		return fmt.Errorf("bootstrap: invalid job: rank %d of size %d (the rendezvous serves 1 to %d ranks): %w",
+			j.Rank, j.Size, maxRanks, errs.ErrInvalid)
 	}
 	return nil
 }

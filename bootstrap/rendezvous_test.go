@@ -343,7 +343,7 @@ func TestImpostorRank0(t *testing.T) {
 		writeFrame(c, frameHello, helloPayload(auth.Nonce()))
 		readFrame(c)
 		forged := auth.Prove("another key", okContext, auth.Nonce())
-		writeFrame(c, frameOK, forged[:])
+		writeFrame(c, frameOK, forged[:], make([]byte, auth.NonceSize))
 		readFrame(c) // until the rank hangs up
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

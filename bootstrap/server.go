@@ -16,9 +16,21 @@ import (
 // server is rank 0's side of the rendezvous: one connection per other
 // rank, kept open across rounds.
 type server struct {
-	key   string
-	size  int
-	conns []net.Conn // by rank; conns[0] is nil. Fixed once Connect returns.
+	key     string
+	size    int
+	conns   []net.Conn           // by rank; conns[0] is nil. Fixed once Connect returns.
+	session [auth.NonceSize]byte // this rendezvous's nonce, in every blob's MAC
+	rounds  uint64               // rounds begun; under mu
+
+	// Connections refused for a wrong key while ranks were awaited, and
+	// the address of the last one, for the give-up message.
+	refusedMu   sync.Mutex
+	refusedKeys int
+	refusedFrom string
+	// failed, once set, is the error frame (code, text) that answers every
+	// new connection while rank 0 lingers after a failed admission.
+	failed  atomic.Pointer[refusal]
+	failing chan struct{} // closed once failed is set
 
 	closing atomic.Bool
 	mu      sync.Mutex // held by AllGather and Close
@@ -28,6 +40,28 @@ type server struct {
 // keyMismatch is the text of the refusal of a process that does not know
 // the job's key.
 const keyMismatch = "connection from another job: job key mismatch"
+
+// handshakeTimeout bounds one connection's handshake on rank 0: a peer
+// that has not proved it knows the key by then is dropped. (A variable
+// for tests.)
+var handshakeTimeout = 5 * time.Second
+
+// maxUnauthenticated bounds the connections rank 0 handshakes at once. One
+// more is closed as soon as it is accepted; a rank of the job whose
+// connection that was tries again.
+const maxUnauthenticated = 64
+
+// failLinger is how long rank 0, once the admission failed while ranks
+// were still missing, keeps answering new connections with the reason, so
+// that ranks that come late learn that the job failed instead of waiting
+// for rank 0 until their deadline.
+const failLinger = time.Second
+
+// refusal is an error frame's code and text.
+type refusal struct {
+	code byte
+	text string
+}
 
 // joiner is a connection whose rank has proved it knows the key, or the
 // error that stopped accepting.
@@ -48,7 +82,8 @@ func serve(ctx context.Context, job Job, key string) (*server, error) {
 		}
 		ln = l
 	}
-	s := &server{key: key, size: job.Size, conns: make([]net.Conn, job.Size)}
+	s := &server{key: key, size: job.Size, conns: make([]net.Conn, job.Size), session: auth.Nonce(),
+		failing: make(chan struct{})}
 	if err := s.admit(ctx, ln); err != nil {
 		if errors.Is(err, ErrPeerLost) && ctx.Err() != nil {
 			err = fmt.Errorf("%w; %s", err, s.waited(job))
@@ -61,12 +96,26 @@ func serve(ctx context.Context, job Job, key string) (*server, error) {
 // admit accepts connections until every rank has joined, then closes ln
 // and returns once every goroutine it started has ended. On failure it
 // tells the ranks already admitted why, and closes their connections.
-func (s *server) admit(ctx context.Context, ln net.Listener) error {
-	ctx, cancel := context.WithCancel(ctx)
+//
+// When the admission fails while ranks are still missing and the caller's
+// ctx lives, rank 0 answers new connections with the reason for
+// failLinger first.
+func (s *server) admit(parent context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(parent)
 	joins := make(chan joiner)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.accept(ctx, ln, joins, &wg) })
 	code, text, err := s.collect(ctx, joins)
+	if err != nil && parent.Err() == nil && len(s.absent()) > 0 {
+		s.failed.Store(&refusal{code: code, text: text})
+		close(s.failing)
+		t := time.NewTimer(failLinger)
+		select {
+		case <-t.C:
+		case <-parent.Done():
+			t.Stop()
+		}
+	}
 	cancel()
 	ln.Close()
 	wg.Wait()
@@ -76,35 +125,74 @@ func (s *server) admit(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// accept starts a handshake for each connection until ln is closed.
+// accept starts a handshake for each connection until ln is closed, at
+// most maxUnauthenticated at once: a connection beyond them is closed at
+// once. Transient errors (no file descriptor left) pause it briefly.
 func (s *server) accept(ctx context.Context, ln net.Listener, joins chan<- joiner, wg *sync.WaitGroup) {
+	slots := make(chan struct{}, maxUnauthenticated)
+	pause := firstBackoff
 	for {
 		c, err := ln.Accept()
 		if err != nil {
+			if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() && ctx.Err() == nil {
+				t := time.NewTimer(pause)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+				pause = min(2*pause, maxBackoff)
+				continue
+			}
 			select {
 			case joins <- joiner{err: err}:
 			case <-ctx.Done():
 			}
 			return
 		}
-		wg.Go(func() { s.greet(ctx, c, joins) })
+		pause = firstBackoff
+		if f := s.failed.Load(); f != nil {
+			wg.Go(func() { refuse(c, f.code, f.text) })
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			c.Close() // too many handshakes at once
+			continue
+		}
+		wg.Go(func() { s.greet(ctx, c, joins, slots) })
 	}
 }
 
-// greet runs the handshake on c and hands c to collect if the peer proved
-// it knows the key. A stranger is sent the reason and closed.
-func (s *server) greet(ctx context.Context, c net.Conn, joins chan<- joiner) {
+// greet runs the handshake on c, within handshakeTimeout, and hands c to
+// collect if the peer proved it knows the key; it frees its slot once the
+// handshake is over. A stranger is sent the reason and closed, or just
+// closed.
+func (s *server) greet(ctx context.Context, c net.Conn, joins chan<- joiner, slots <-chan struct{}) {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	m, err := s.challenge(c)
+	<-slots
 	if !stop() {
 		return // ctx ended and closed c
 	}
 	if err != nil {
+		if errors.Is(err, ErrRefused) {
+			s.refusedMu.Lock()
+			s.refusedKeys++
+			s.refusedFrom = c.RemoteAddr().String()
+			s.refusedMu.Unlock()
+		}
 		c.Close()
 		return
 	}
+	c.SetDeadline(time.Time{})
 	select {
 	case joins <- joiner{conn: c, msg: m}:
+	case <-s.failing:
+		f := s.failed.Load()
+		refuse(c, f.code, f.text)
 	case <-ctx.Done():
 		c.Close()
 	}
@@ -116,12 +204,9 @@ func (s *server) challenge(c net.Conn) (authMsg, error) {
 	if err := writeFrame(c, frameHello, helloPayload(nonce)); err != nil {
 		return authMsg{}, err
 	}
-	typ, p, err := readFrame(c)
+	_, p, err := readFrameOf(c, string(frameAuth))
 	if err != nil {
 		return authMsg{}, err
-	}
-	if typ != frameAuth {
-		return authMsg{}, fmt.Errorf("%w: frame %q instead of auth", errProtocol, typ)
 	}
 	m, err := parseAuth(p)
 	if err != nil {
@@ -142,6 +227,12 @@ func (s *server) collect(ctx context.Context, joins <-chan joiner) (code byte, t
 		select {
 		case <-ctx.Done():
 			text = fmt.Sprintf("rank 0 gave up waiting for ranks %v", s.absent())
+			s.refusedMu.Lock()
+			if n := s.refusedKeys; n > 0 {
+				text += fmt.Sprintf(" (it refused %d %s with a wrong job key, the last from %s: "+
+					"was a rank started with another COURIER_JOB_KEY, or of another job?)", n, plural(n, "connection"), s.refusedFrom)
+			}
+			s.refusedMu.Unlock()
 			return codeLost, text, fmt.Errorf("%w: %s: %w", ErrPeerLost, text, context.Cause(ctx))
 		case j := <-joins:
 			if j.err != nil {
@@ -177,9 +268,9 @@ func (s *server) seat(j joiner) (seated bool, refusal string) {
 		refuse(j.conn, codeRefused, refusal)
 		return false, refusal
 	}
-	proof := auth.Prove(s.key, okContext, j.msg.nonce, rankSize(j.msg.rank, j.msg.size))
+	proof := auth.Prove(s.key, okContext, j.msg.nonce, rankSize(j.msg.rank, j.msg.size), s.session[:])
 	j.conn.SetWriteDeadline(time.Now().Add(lingerTimeout))
-	if err := writeFrame(j.conn, frameOK, proof[:]); err != nil {
+	if err := writeFrame(j.conn, frameOK, proof[:], s.session[:]); err != nil {
 		j.conn.Close()
 		return false, ""
 	}
@@ -226,9 +317,11 @@ func (s *server) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
 		return nil, err // nothing sent: the exchanger is still usable
 	}
 	stop := watch(ctx, s.conns)
-	all, lost := s.gather(data)
+	round := s.rounds
+	s.rounds++
+	all, macs, lost := s.gather(round, data)
 	if lost == nil {
-		lost = s.scatter(all)
+		lost = s.scatter(all, macs)
 	}
 	if stop() && lost == nil {
 		return all, nil
@@ -246,27 +339,32 @@ type roundErr struct {
 	clean bool
 }
 
-// gather reads one blob from each rank, concurrently. The first failure
-// interrupts the other reads.
-func (s *server) gather(data []byte) ([][]byte, *roundErr) {
+// gather reads one blob from each rank, concurrently, and checks its MAC;
+// it returns the blobs and their MACs. The first failure interrupts the
+// other reads.
+func (s *server) gather(round uint64, data []byte) ([][]byte, [][auth.MACSize]byte, *roundErr) {
 	all := make([][]byte, s.size)
+	macs := make([][auth.MACSize]byte, s.size)
 	all[0] = cloneBlob(data)
-	return all, s.each(true, func(r int, c net.Conn) error {
-		typ, p, err := readFrame(c)
-		switch {
-		case err != nil:
+	macs[0] = blobMAC(s.key, s.session, 0, s.size, round, all[0])
+	return all, macs, s.each(true, func(r int, c net.Conn) error {
+		_, p, err := readFrameOf(c, string(frameBlob))
+		if err != nil {
 			return err
-		case typ != frameBlob:
-			return fmt.Errorf("%w: frame %q instead of blob", errProtocol, typ)
 		}
-		all[r] = p
+		blob, ok := openBlob(s.key, s.session, r, s.size, round, p)
+		if !ok {
+			return fmt.Errorf("%w: the blob rank %d sent", ErrTampered, r)
+		}
+		all[r] = blob
+		copy(macs[r][:], p)
 		return nil
 	})
 }
 
-// scatter sends all to each rank, concurrently.
-func (s *server) scatter(all [][]byte) *roundErr {
-	return s.each(false, func(_ int, c net.Conn) error { return writeBlobs(c, all) })
+// scatter sends all, with their MACs, to each rank, concurrently.
+func (s *server) scatter(all [][]byte, macs [][auth.MACSize]byte) *roundErr {
+	return s.each(false, func(_ int, c net.Conn) error { return writeBlobs(c, all, macs) })
 }
 
 // each runs f on every connection at once; the first to fail interrupts
@@ -369,6 +467,14 @@ func (s *server) Close() error {
 		s.err = ErrClosed
 	}
 	return nil
+}
+
+// plural is noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
 }
 
 // refuse sends c an error frame and closes c, without destroying the

@@ -50,8 +50,36 @@
 // error (ErrPeerLost, ErrClosed, ErrAborted); COURIER_TIMEOUT (or
 // WithTimeout) bounds every wait, and a wait that passes it aborts the
 // communicator with an error listing this rank's pending operations and
-// where each was called. Wildcard receives stay posted when a peer is lost:
-// another rank, or this one, may still send what they wait for.
+// where each was called. The error of a lost peer names the rank that was
+// lost (*OpError's LostRank): the rank that died, also where the peer of the
+// operation only left after it lost that rank (a survivor that closed in
+// the cascade says so as it leaves).
+//
+// Receives from AnySource on host and tcp (as in MPI's fault-tolerance
+// proposal, ULFM, with MPI_ERR_PROC_FAILED_PENDING): when a rank fails, the
+// wildcard receives pending at that moment end with ErrPeerLost naming it,
+// since the message they wait for may have been its; when none is pending,
+// the next one that finds no message waiting ends so, at once. Each
+// failure is reported to a wildcard once. A program that goes on re-posts
+// the receive:
+//
+//	for {
+//		st, err := mp.Recv(comm, buf, mp.AnySource, tag)
+//		if oe, ok := errors.AsType[*mp.OpError](err); ok && errors.Is(err, mp.ErrPeerLost) {
+//			if lost, ok := oe.LostRank(); ok {
+//				forget(lost) // hand its work to another rank
+//				continue     // and post the receive again
+//			}
+//		}
+//		…
+//	}
+//
+// Wildcard receives posted after that match messages from the ranks that
+// live, as before; once no other rank is left that could send (each
+// failed, or closed its communicator), a wildcard receive that finds no
+// message ends with ErrPeerLost at once. A rank that closes its
+// communicator in order (everything it sent was delivered) ends no
+// wildcard receive while others live.
 //
 // Errors are *OpError values wrapping the sentinels (ErrTruncate,
 // ErrMismatch, ErrPeerLost, …) that errors.Is matches. The package never

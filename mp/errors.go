@@ -108,6 +108,21 @@ func (e *OpError) Error() string {
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
 
+// LostRank returns the rank whose loss ended the operation, when Err
+// matches ErrPeerLost and the transport names it (the host and tcp
+// backends do): the rank that died, also where the peer of the operation
+// only left after it lost that rank, and for a receive from AnySource,
+// which a loss ends while it is pending. ok is false otherwise.
+func (e *OpError) LostRank() (rank int, ok bool) {
+	if e == nil {
+		return -1, false
+	}
+	if le, ok := errors.AsType[*errs.LostError](e.Err); ok {
+		return le.Rank, true
+	}
+	return -1, false
+}
+
 // Timeout reports whether the operation ended because a wait passed the
 // communicator's timeout: whether Err matches ErrTimeout. With it an
 // *OpError satisfies the interface{ Timeout() bool } that net.Error and

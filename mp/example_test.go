@@ -377,3 +377,45 @@ func ExampleBarrier() {
 	// rank 0: checkpoint written
 	// rank 1: past the barrier
 }
+
+// A master collects results with receives from AnySource; worker 2
+// fails. The pending receive ends with ErrPeerLost, the error names the
+// lost rank, and the master posts the receive again for the worker that
+// lives.
+func ExampleOpError_LostRank() {
+	err := mptest.Go(3, func(comm *mp.Comm) error {
+		switch comm.Rank() {
+		case 2:
+			comm.Abort(errors.New("worker 2 fails"))
+			return nil
+		case 1:
+			if _, err := mp.Recv(comm, []int{0}, 0, 9); err != nil { // the master's go-ahead
+				return err
+			}
+			return mp.Send(comm, []int{42}, 0, 1)
+		}
+		result := []int{0}
+		for {
+			st, err := mp.Recv(comm, result, mp.AnySource, 1)
+			if oe, ok := errors.AsType[*mp.OpError](err); ok && errors.Is(err, mp.ErrPeerLost) {
+				lost, _ := oe.LostRank()
+				fmt.Println("lost rank", lost, "- receiving again")
+				if err := mp.Send(comm, []int{1}, 1, 9); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Println("result", result[0], "from rank", st.Source)
+			return nil
+		}
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// lost rank 2 - receiving again
+	// result 42 from rank 1
+}

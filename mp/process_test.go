@@ -53,6 +53,20 @@ func rankMain(role string) int {
 		_, err := mp.Recv(comm, buf, 2, 0)
 		fmt.Printf("recv-ended %v after %v: %v\n", errors.Is(err, mp.ErrPeerLost), time.Since(start).Round(time.Millisecond), err)
 		return 0
+	case "victim-wild":
+		fmt.Println("ready")
+		if comm.Rank() == 2 {
+			select {} // rank 2 waits to be killed
+		}
+		buf := make([]byte, 8)
+		start := time.Now()
+		_, err := mp.Recv(comm, buf, mp.AnySource, 0) // rank 1 or 0 could send, but does not
+		lost := -1
+		if oe, ok := errors.AsType[*mp.OpError](err); ok {
+			lost, _ = oe.LostRank()
+		}
+		fmt.Printf("recv-ended %v after %v, lost rank %d: %v\n", errors.Is(err, mp.ErrPeerLost), time.Since(start).Round(time.Millisecond), lost, err)
+		return 0
 	case "victim-coll":
 		fmt.Println("ready")
 		if comm.Rank() == 2 {
@@ -79,6 +93,20 @@ func TestKilledPeerEndsPendingRecv(t *testing.T) {
 	}
 	for _, backend := range []string{"host", "tcp"} {
 		t.Run(backend, func(t *testing.T) { killedPeer(t, backend, "victim-test") })
+	}
+}
+
+// TestKilledPeerEndsWildcardRecv: the same, with ranks 0 and 1 waiting in
+// receives from AnySource, which rank 2 could have satisfied: they end
+// with ErrPeerLost naming rank 2 (rank 2's loss fails pending wildcard
+// receives, as MPI's fault-tolerance proposal does), though rank 0 and 1
+// live.
+func TestKilledPeerEndsWildcardRecv(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, backend := range []string{"host", "tcp"} {
+		t.Run(backend, func(t *testing.T) { killedPeer(t, backend, "victim-wild") })
 	}
 }
 
@@ -130,6 +158,9 @@ func killedPeer(t *testing.T, backend, role string) {
 		case line := <-lines:
 			require.True(t, strings.HasPrefix(line, "recv-ended true"), "rank %d: %s", i, line)
 			require.Contains(t, line, "rank 2")
+			if role == "victim-wild" {
+				require.Contains(t, line, "lost rank 2", "rank %d", i)
+			}
 			if role == "victim-coll" {
 				require.Contains(t, line, "through shared memory true", "rank %d", i)
 			}

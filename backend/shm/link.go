@@ -197,7 +197,7 @@ func (l *link) flushOne(ob *outbox, wrote *bool) bool {
 			return false
 		}
 	case engine.KindBye:
-		h := engine.Header{Kind: engine.KindBye}
+		h := l.p.ByeHeader(false)
 		if !l.put(&h, nil) {
 			return false
 		}
@@ -323,7 +323,7 @@ func (l *link) Kill(aborted bool) {
 	if aborted && l.h.enter() {
 		if l.wmu.TryLock() {
 			if !l.byeSent {
-				h := engine.Header{Kind: engine.KindBye, Flags: engine.ByeAborted}
+				h := l.p.ByeHeader(true)
 				if l.put(&h, nil) {
 					l.peerBell.Ring()
 				}

@@ -26,11 +26,14 @@ const (
 	TransportTCP = "tcp" // TCP, between any two ranks
 )
 
-// transportSet is what Open may use, and how shared memory copies large
-// messages (COURIER_SHM_COPY).
+// transportSet is what Open may use, how shared memory copies large
+// messages (COURIER_SHM_COPY), and how long TCP data may go unanswered.
 type transportSet struct {
 	shm, tcp bool
 	copy     shm.Copy
+	// userTimeout bounds a TCP link's unanswered data (tuneConn; -1: no
+	// bound), from COURIER_TCP_USER_TIMEOUT.
+	userTimeout time.Duration
 }
 
 // transports reads COURIER_TRANSPORTS: a comma-separated list of shm and
@@ -189,48 +192,34 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 			record(j, nc, err)
 		}()
 	}
-	accept := func(ln net.Listener, n int, wantLocal bool) {
-		for range n {
-			nc, err := ln.Accept()
-			if err != nil {
-				if ctx.Err() != nil {
-					err = ctx.Err()
-				}
-				record(0, nil, fmt.Errorf("tcp: waiting for higher ranks to connect: %w", err))
-				return
+	accept := func(ln net.Listener, want []int, wantLocal bool) {
+		got, err := acceptRanks(ctx, ln, hs, want, func(j int) string {
+			if isLocal[j] != wantLocal {
+				return fmt.Sprintf("rank %d connected over the wrong transport", j)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				j, err := hs.accept(ctx, nc)
-				if err == nil && isLocal[j] != wantLocal {
-					err = fmt.Errorf("tcp: rank %d connected over the wrong transport: %w", j, errHandshake)
-				}
-				if err != nil {
-					nc.Close()
-					record(0, nil, err)
-					return
-				}
-				record(j, nc, nil)
-			}()
+			return ""
+		})
+		for j, nc := range got {
+			record(j, nc, nil)
+		}
+		if err != nil {
+			record(0, nil, err)
 		}
 	}
-	var higherTCP, higherLocal int
+	var higherTCP, higherLocal []int
 	for j := rank + 1; j < size; j++ {
 		if isLocal[j] {
-			higherLocal++
+			higherLocal = append(higherLocal, j)
 		} else {
-			higherTCP++
+			higherTCP = append(higherTCP, j)
 		}
 	}
 	var aw sync.WaitGroup
-	if higherTCP > 0 {
-		aw.Add(1)
-		go func() { defer aw.Done(); accept(tln, higherTCP, false) }()
+	if len(higherTCP) > 0 {
+		aw.Go(func() { accept(tln, higherTCP, false) })
 	}
-	if higherLocal > 0 {
-		aw.Add(1)
-		go func() { defer aw.Done(); accept(uln, higherLocal, true) }()
+	if len(higherLocal) > 0 {
+		aw.Go(func() { accept(uln, higherLocal, true) })
 	}
 	aw.Wait()
 	wg.Wait()
@@ -261,7 +250,7 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 			locals = append(locals, shm.Local{Rank: j, Conn: nc.(*net.UnixConn)})
 			continue
 		}
-		tuneConn(nc)
+		tuneConn(nc, tr.userTimeout)
 		l := newLink(e, nc)
 		l.p = e.Attach(j, l)
 		links = append(links, l)

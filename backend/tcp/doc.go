@@ -16,12 +16,14 @@
 //
 //	open.go       the drivers ("tcp", "host"), Open, New, the options
 //	connect.go    connecting a job: address cards, which transport each pair uses, dialing and accepting
+//	accept.go     accepting the higher ranks: strangers dropped, handshakes side by side, bounded
 //	handshake.go  the first frames on a connection: who is calling, checked against the job
 //	peer.go       one TCP link: its goroutines, sending, the end of the connection
 //	read.go       the frame parser that the reader goroutine and waiters share, partial frames kept
 //	poll.go       the engine.Poller: a waiting goroutine reads the socket itself
 //	write.go      the writer jobs (CTS, DATA, BYE) and who runs them
 //	sysio_*.go    the non-blocking reads and the byte count behind poll.go, per system
+//	usertimeout_*.go  TCP_USER_TIMEOUT: a partition ends the link within a bound (Linux)
 //	hostconn.go   the host driver's communicator: collectives through shared memory
 //	wire.go       the frames as bytes (PROTOCOL.md)
 package tcp

@@ -45,17 +45,39 @@ func ranksBytes(rank, size int) []byte {
 // errHandshake marks a refused or malformed handshake.
 var errHandshake = errors.New("handshake failed")
 
+// errBusy marks a connection the acceptor closed before its hello: it
+// was running as many handshakes as it takes at once (strangers among
+// them, perhaps), so the dialer tries again.
+var errBusy = errors.New("the peer closed the connection before its hello")
+
+// dialPeer connects to rank want at addr and runs the dialer's side of
+// the handshake. A connection the acceptor drops before its hello is
+// dialed again, with a growing pause, until ctx ends.
 func dialPeer(ctx context.Context, network, addr string, hs handshake, want int) (net.Conn, error) {
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, fmt.Errorf("tcp: connecting to rank %d at %s: %w", want, addr, err)
-	}
-	if err := hs.dial(ctx, nc, want); err != nil {
+	pause := 10 * time.Millisecond
+	for {
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, fmt.Errorf("tcp: connecting to rank %d at %s: %w", want, addr, err)
+		}
+		err = hs.dial(ctx, nc, want)
+		if err == nil {
+			return nc, nil
+		}
 		nc.Close()
-		return nil, err
+		if !errors.Is(err, errBusy) || ctx.Err() != nil {
+			return nil, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+		pause = min(2*pause, 500*time.Millisecond)
 	}
-	return nc, nil
 }
 
 // helloSize is the acceptor's first message: magic, version, nonce.
@@ -69,6 +91,9 @@ func (hs handshake) dial(ctx context.Context, nc net.Conn, want int) error {
 	defer deadline(ctx, nc)()
 	var hello [helloSize]byte
 	if _, err := io.ReadFull(nc, hello[:]); err != nil {
+		if err == io.EOF {
+			err = errBusy
+		}
 		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
 	}
 	nonce, err := parseHello(hello[:])
@@ -104,9 +129,14 @@ func (hs handshake) dial(ctx context.Context, nc net.Conn, want int) error {
 	return nil
 }
 
-// accept runs the acceptor's side and returns the dialer's rank.
-func (hs handshake) accept(ctx context.Context, nc net.Conn) (int, error) {
-	defer deadline(ctx, nc)()
+// accept runs the acceptor's side, within hsTimeout, and returns the
+// dialer's rank. Once the dialer has proved it holds the key, admit says
+// why its rank may not connect ("" when it may, which reserves the rank);
+// release gives the rank back if the handshake fails after that.
+func (hs handshake) accept(ctx context.Context, nc net.Conn, admit func(rank int) string, release func(rank int)) (int, error) {
+	hctx, cancel := context.WithTimeout(ctx, hsTimeout)
+	defer cancel()
+	defer deadline(hctx, nc)()
 	nonce := auth.Nonce()
 	hello := make([]byte, 0, helloSize)
 	hello = append(hello, hsMagic...)
@@ -141,9 +171,13 @@ func (hs handshake) accept(ctx context.Context, nc net.Conn) (int, error) {
 	if c.rank <= hs.rank || c.rank >= hs.size {
 		return refuse(fmt.Sprintf("rank %d may not dial rank %d", c.rank, hs.rank))
 	}
+	if why := admit(c.rank); why != "" {
+		return refuse(why)
+	}
 	proof := auth.Prove(hs.key, hsContext, c.nonce, ranksBytes(hs.rank, hs.size))
 	reply := append([]byte{hsOK}, binary.LittleEndian.AppendUint32(nil, uint32(hs.rank))...)
 	if _, err := nc.Write(append(reply, proof[:]...)); err != nil {
+		release(c.rank)
 		return -1, fmt.Errorf("tcp: handshake with rank %d: %w", c.rank, err)
 	}
 	return c.rank, nil

@@ -47,7 +47,7 @@ func TestHandshakeTellsOldDialerWhy(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := hs.accept(ctx, a)
+		_, err := hs.accept(ctx, a, func(int) string { return "" }, func(int) {})
 		done <- err
 	}()
 	var hello [helloSize]byte

@@ -51,6 +51,9 @@ func (d Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, err
 	if err != nil {
 		return nil, err
 	}
+	if tr.userTimeout, err = userTimeout(cfg); err != nil {
+		return nil, err
+	}
 	if size == 1 {
 		return New(ctx, Options{Rank: 0, Size: 1, Check: cfg.Check})
 	}
@@ -67,6 +70,12 @@ type Options struct {
 	Conns []net.Conn
 	// Linger bounds Close's wait for peers (default DefaultLinger).
 	Linger time.Duration
+	// UserTimeout bounds how long data sent on a connection may stay
+	// unacknowledged, and how long an idle connection may go unanswered,
+	// before the link counts as lost (TCP_USER_TIMEOUT, on Linux; see
+	// DefaultUserTimeout). 0: DefaultUserTimeout; negative: none (the
+	// kernel's own limit, some 15 minutes).
+	UserTimeout time.Duration
 
 	// For measurements (bench_test.go): the links' eager limit (0:
 	// engine.EagerLimit) and socket buffer sizes (0: the kernel's
@@ -96,7 +105,11 @@ func New(_ context.Context, o Options) (backend.Conn, error) {
 		if nc == nil {
 			return nil, fmt.Errorf("%w: no connection to rank %d", backend.ErrInvalid, j)
 		}
-		tuneConn(nc)
+		ut := o.UserTimeout
+		if ut == 0 {
+			ut = DefaultUserTimeout
+		}
+		tuneConn(nc, ut)
 		if tc, ok := nc.(*net.TCPConn); ok && o.sockBuf > 0 {
 			tc.SetReadBuffer(o.sockBuf)
 			tc.SetWriteBuffer(o.sockBuf)
@@ -117,12 +130,56 @@ func New(_ context.Context, o Options) (backend.Conn, error) {
 	return e, nil
 }
 
+// DefaultUserTimeout bounds, by default, how long a TCP link may go with
+// data unacknowledged, or idle with its keep-alive probes unanswered,
+// before it counts as lost (TCP_USER_TIMEOUT, on Linux): after a network
+// partition, both ranks of the link end what they wait for on it within
+// about this long. COURIER_TCP_USER_TIMEOUT (a duration, e.g. 30s; 0 for
+// none) sets another bound. Elsewhere the setting is ignored: an idle link
+// is still noticed by its keep-alive probes within seconds, but one with
+// data in flight only when the kernel stops retransmitting.
+//
+// Under this bound a peer that stops reading altogether for longer (a
+// process stopped in a debugger, say) loses its links too: the sender's
+// data stays unacknowledged behind a closed window.
+const DefaultUserTimeout = 10 * time.Second
+
+// UserTimeoutEnv names the setting of the TCP user timeout.
+const UserTimeoutEnv = "COURIER_TCP_USER_TIMEOUT"
+
+// userTimeout reads UserTimeoutEnv: DefaultUserTimeout when unset, -1 for
+// 0 (no bound).
+func userTimeout(cfg backend.Config) (time.Duration, error) {
+	v := strings.TrimSpace(cfg.Getenv(UserTimeoutEnv))
+	if v == "" {
+		return DefaultUserTimeout, nil
+	}
+	d, err := time.ParseDuration(v)
+	if v == "0" {
+		d, err = 0, nil
+	}
+	switch {
+	case err != nil || d < 0:
+		return 0, fmt.Errorf("%w: %s=%q: want a duration such as 10s, or 0 for none", backend.ErrInvalid, UserTimeoutEnv, v)
+	case d == 0:
+		return -1, nil
+	case d < time.Millisecond:
+		return time.Millisecond, nil
+	}
+	return d, nil
+}
+
 // tuneConn sets keep-alive probes so a peer whose host vanished without
-// closing the connection is noticed within seconds.
-func tuneConn(nc net.Conn) {
+// closing the connection is noticed within seconds, and the user timeout
+// ut (if positive; see DefaultUserTimeout) so a partition is noticed
+// within ut also while data is in flight.
+func tuneConn(nc net.Conn, ut time.Duration) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 2 * time.Second, Interval: time.Second, Count: 3})
+		if ut > 0 {
+			setUserTimeout(tc, ut)
+		}
 	}
 }
 

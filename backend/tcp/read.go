@@ -144,7 +144,12 @@ func (rd *reader) waitReadable() error {
 	if rd.rc == nil {
 		return nil
 	}
-	return rd.rc.Read(rd.wait.waitFn)
+	err := rd.rc.Read(rd.wait.waitFn)
+	if serr := rd.wait.err; err == nil && serr != nil {
+		rd.wait.err = nil
+		err = &net.OpError{Op: "read", Net: "tcp", Err: serr}
+	}
+	return err
 }
 
 // step hands the engine the next frame, or the next piece of a DATA
@@ -281,8 +286,8 @@ func (l *link) readLoop() {
 		if bye && l.e.Closing() {
 			return // both sides said goodbye: nothing more will come
 		}
-		if err == nil {
-			err = werr
+		if werr != nil && (err == nil || errors.Is(err, io.EOF)) {
+			err = werr // why the stream ended (a timeout, a reset)
 		}
 		if err != nil {
 			l.p.Broken(err)

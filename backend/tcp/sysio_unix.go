@@ -49,6 +49,12 @@ func (s *sysIO) init() {
 		// recvfrom without an address, which unix.Recvfrom would allocate.
 		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.one[0])), 1,
 			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		if errno != 0 && errno != unix.EAGAIN && errno != unix.EINTR {
+			// The socket's error (ETIMEDOUT after the user timeout, a
+			// reset): the kernel reports it once, so keep it for the
+			// reader, whose next read sees only the end.
+			s.err = errno
+		}
 		return errno != unix.EAGAIN
 	}
 }

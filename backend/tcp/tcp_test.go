@@ -164,9 +164,18 @@ func TestPipePeerLostEndsPending(t *testing.T) {
 	_, err = sr.Wait(5 * time.Second)
 	require.ErrorIs(t, err, backend.ErrPeerLost)
 	assert.Less(t, time.Since(start), 2*time.Second)
-	// The wildcard receive still waits: rank 1 can satisfy it.
-	done, _, _ := any.Test()
-	assert.False(t, done)
+	// The wildcard receive pending when rank 2 was lost ends too, naming
+	// it (MPI's fault-tolerance proposal: MPI_ERR_PROC_FAILED_PENDING);
+	// one posted again is matched by rank 1, which lives.
+	_, err = any.Wait(5 * time.Second)
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.Contains(t, err.Error(), "rank 2")
+	lost, ok := errors.AsType[*backend.LostError](err)
+	require.True(t, ok, "%v carries no LostError", err)
+	assert.Equal(t, 2, lost.Rank)
+	any.Release()
+	any, aerr = cs[0].Irecv(bufOf(dst, backend.Uint8), backend.AnySource, 5, 0)
+	require.NoError(t, aerr)
 	_, err = waiter(t)(cs[1].Isend(bufOf([]byte{9}, backend.Uint8), 0, 5, 0))
 	require.NoError(t, err)
 	st, err := any.Wait(5 * time.Second)
@@ -246,4 +255,112 @@ func TestNewValidates(t *testing.T) {
 	assert.ErrorIs(t, err, backend.ErrInvalid)
 	_, err = New(context.Background(), Options{Rank: 0, Size: 2, Conns: make([]net.Conn, 2)})
 	assert.ErrorIs(t, err, backend.ErrInvalid)
+}
+
+// TestPipeWildcardNoSenderLeft: a wildcard receive waits while a rank that
+// could send lives, even after others closed in order; once none is left,
+// the pending one ends and a new one fails at once.
+func TestPipeWildcardNoSenderLeft(t *testing.T) {
+	cs := mesh(t, 3, false)
+	dst := make([]byte, 8)
+	any, err := cs[0].Irecv(bufOf(dst, backend.Uint8), backend.AnySource, 5, 0)
+	require.NoError(t, err)
+	require.NoError(t, cs[1].Close())
+	time.Sleep(100 * time.Millisecond)
+	done, _, _ := any.Test()
+	assert.False(t, done, "a rank that closed in order ended a wildcard receive rank 2 can still satisfy")
+	cs[2].Abort(errors.New("test kills rank 2"))
+	_, err = any.Wait(5 * time.Second)
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.Contains(t, err.Error(), "rank 2")
+	any.Release()
+	start := time.Now()
+	again, err := cs[0].Irecv(bufOf(dst, backend.Uint8), backend.AnySource, 5, 0)
+	if err == nil {
+		_, err = again.Wait(5 * time.Second)
+		again.Release()
+	}
+	require.ErrorIs(t, err, backend.ErrPeerLost, "no rank is left that could send")
+	assert.Less(t, time.Since(start), time.Second)
+	// A message that arrived before is still taken.
+	_, err = waiter(t)(cs[0].Isend(bufOf([]byte{4}, backend.Uint8), 0, 6, 0))
+	require.NoError(t, err)
+	st, err := waiter(t)(cs[0].Irecv(bufOf(dst, backend.Uint8), backend.AnySource, 6, 0))
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Source)
+}
+
+// TestPipeCascadeNamesTheDead: rank 2's process vanishes (its connections
+// end without BYE); rank 1, which lost it, closes its communicator; rank
+// 0, waiting on rank 1, is told that rank 2 is the rank lost, and that
+// rank 1 closed after it.
+func TestPipeCascadeNamesTheDead(t *testing.T) {
+	const n = 3
+	pipes := make([][]net.Conn, n)
+	for i := range pipes {
+		pipes[i] = make([]net.Conn, n)
+	}
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			pipes[i][j], pipes[j][i] = net.Pipe()
+		}
+	}
+	cs := make([]backend.Conn, n)
+	for i := range cs {
+		c, err := New(context.Background(), Options{Rank: i, Size: n, Conns: pipes[i], Linger: time.Second})
+		require.NoError(t, err)
+		cs[i] = c
+	}
+	defer cs[0].Close()
+	dst := make([]byte, 8)
+	fromOne, err := cs[0].Irecv(bufOf(dst, backend.Uint8), 1, 0, 0)
+	require.NoError(t, err)
+	oneWaits, err := cs[1].Irecv(bufOf(dst, backend.Uint8), 2, 0, 0)
+	require.NoError(t, err)
+
+	// Rank 2 dies: its ends of the connections close, with no BYE.
+	pipes[2][0].Close()
+	pipes[2][1].Close()
+	_, err = oneWaits.Wait(5 * time.Second)
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	oneWaits.Release()
+	require.NoError(t, cs[1].Close())
+
+	_, err = fromOne.Wait(5 * time.Second)
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.ErrorIs(t, err, backend.ErrPeerClosed, "rank 1 closed in order")
+	lost, ok := errors.AsType[*backend.LostError](err)
+	require.True(t, ok, "%v carries no LostError", err)
+	assert.Equal(t, 2, lost.Rank, "%v", err)
+	assert.Contains(t, err.Error(), "rank 1 closed its communicator after it lost rank 2")
+	fromOne.Release()
+	cs[2].Close()
+}
+
+// TestPipeWildcardReportsLossOnce: rank 2 fails while no receive from
+// AnySource is pending; the next one that finds no message reports the
+// loss, once, and the one after waits for rank 1 as usual.
+func TestPipeWildcardReportsLossOnce(t *testing.T) {
+	cs := mesh(t, 3, false)
+	dst := make([]byte, 8)
+	cs[2].Abort(errors.New("test kills rank 2"))
+	require.Eventually(t, func() bool {
+		_, err := cs[0].Irecv(bufOf(dst, backend.Uint8), 2, 0, 0)
+		return errors.Is(err, backend.ErrPeerLost)
+	}, 5*time.Second, 10*time.Millisecond)
+	first, err := cs[0].Irecv(bufOf(dst, backend.Uint8), backend.AnySource, 5, 0)
+	if err == nil {
+		_, err = first.Wait(5 * time.Second)
+		first.Release()
+	}
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.Contains(t, err.Error(), "rank 2")
+	second, err := cs[0].Irecv(bufOf(dst, backend.Uint8), backend.AnySource, 5, 0)
+	require.NoError(t, err)
+	_, err = waiter(t)(cs[1].Isend(bufOf([]byte{9}, backend.Uint8), 0, 5, 0))
+	require.NoError(t, err)
+	st, err := second.Wait(5 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.Source)
+	second.Release()
 }

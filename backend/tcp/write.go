@@ -118,7 +118,7 @@ func (l *link) run(j engine.Job) error {
 // sayBye writes BYE after everything queued before it (a CTS refusal the
 // peer is waiting for, say) and shuts down this side of the connection.
 func (l *link) sayBye() {
-	h := engine.Header{Kind: engine.KindBye}
+	h := l.p.ByeHeader(false)
 	l.wmu.Lock()
 	l.writeFrame(&h, nil)
 	l.wmu.Unlock()
@@ -135,6 +135,6 @@ func (l *link) sayAborted() {
 	}
 	defer l.wmu.Unlock()
 	l.nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	h := engine.Header{Kind: engine.KindBye, Flags: engine.ByeAborted}
+	h := l.p.ByeHeader(true)
 	l.writeFrame(&h, nil)
 }

@@ -37,7 +37,9 @@ Each line a rank writes to stdout or stderr is copied, whole, to courier's
 stdout or stderr, prefixed with "[rank] ".
 
 When a rank fails (exits non-zero or is killed by a signal), the others are
-sent SIGTERM, then SIGKILL 2s later. A first SIGINT or SIGTERM sent to
+sent SIGTERM, then SIGKILL 2s later. courier names the rank that failed
+first (on Linux, the first to die, even when the ranks that exited because
+they lost it are reaped before it), and exits with its status. A first SIGINT or SIGTERM sent to
 courier is forwarded to every rank, and courier waits; a second one kills
 them.
 

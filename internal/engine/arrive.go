@@ -63,12 +63,7 @@ func (p *Peer) Arrive(h *Header, src Source) error {
 		p.onLeave(h)
 		return nil
 	case KindBye:
-		p.bye.Store(true)
-		if h.Flags&ByeAborted != 0 {
-			p.e.failPeer(p, fmt.Errorf("%w: rank %d aborted its communicator", backend.ErrPeerLost, p.rank))
-		} else {
-			p.e.failPeer(p, fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed))
-		}
+		p.onBye(h)
 		return nil
 	}
 	return fmt.Errorf("%w: kind %d", ErrFrame, h.Kind)
@@ -308,18 +303,21 @@ func (p *Peer) lossError(err error) error {
 		return *e
 	}
 	if p.bye.Load() {
-		return fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed)
+		if d := p.down.Load(); d != nil {
+			return *d // what the BYE said
+		}
+		return lostError(fmt.Errorf("%w: rank %d %w", backend.ErrPeerLost, p.rank, backend.ErrPeerClosed), p.rank)
 	}
 	if errors.Is(err, backend.ErrPeerLost) {
-		return err
+		return lostError(err, p.rank)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: rank %d: connection closed without a goodbye (process exited or was killed)", backend.ErrPeerLost, p.rank)
+		return lostError(fmt.Errorf("%w: rank %d: connection closed without a goodbye (process exited or was killed)", backend.ErrPeerLost, p.rank), p.rank)
 	}
 	if errors.Is(err, backend.ErrCorrupt) {
-		return fmt.Errorf("%w: rank %d: the link was closed: %w", backend.ErrPeerLost, p.rank, err)
+		return lostError(fmt.Errorf("%w: rank %d: the link was closed: %w", backend.ErrPeerLost, p.rank, err), p.rank)
 	}
-	return fmt.Errorf("%w: rank %d: %v", backend.ErrPeerLost, p.rank, err)
+	return lostError(fmt.Errorf("%w: rank %d: %v", backend.ErrPeerLost, p.rank, err), p.rank)
 }
 
 // Down returns why operations with the peer fail, or nil.

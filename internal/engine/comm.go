@@ -39,6 +39,7 @@ type Comm struct {
 	earlyLeft  []leaveOf  // a placeholder's LEAVEs, applied when it is made
 	posted     []*request // receives in the order they were posted
 	unexpected []*message // messages in the order they arrived
+	wildLosses []error    // failures no receive from AnySource has reported yet (failure.go)
 	fatal      error      // a derived communicator's Close or Abort: its new operations fail with it
 	dead       atomic.Pointer[error]
 }

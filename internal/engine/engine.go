@@ -30,8 +30,9 @@ type Engine struct {
 	inflight map[uint64]*request // rendezvous under way, by id (of every communicator)
 	discard  map[uint64]owed     // DATA still due for receives a derived communicator's close ended, by id
 	nextID   uint64
-	fatal    error                 // set by Close or Abort: every new operation fails with it
-	dead     atomic.Pointer[error] // fatal, for paths that do not take mu
+	fatal    error                             // set by Close or Abort: every new operation fails with it
+	dead     atomic.Pointer[error]             // fatal, for paths that do not take mu
+	cause    atomic.Pointer[backend.LostError] // the first rank lost by failure (failure.go): named in BYE
 
 	closeOnce sync.Once
 	closing   atomic.Bool

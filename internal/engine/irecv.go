@@ -30,7 +30,11 @@ func (c *Comm) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 	e.mu.Lock()
 	i := c.findUnexpected(source, tag)
 	if i < 0 {
-		if err := c.usable(p, source); err != nil {
+		usable := c.usable(p, source)
+		if source == backend.AnySource {
+			usable = c.wildUsable()
+		}
+		if err := usable; err != nil {
 			e.mu.Unlock()
 			r.Release()
 			return nil, err

@@ -13,6 +13,22 @@ import (
 // Each link hands its frames to the engine in order, so messages from one
 // sender with one tag are never overtaken.
 
+// wildUsable reports why a receive or probe of c from AnySource that
+// finds no message cannot wait, under e.mu: a loss no wildcard of c has
+// reported yet, or no rank of c left that could send (failure.go).
+func (c *Comm) wildUsable() error {
+	if err := c.usable(nil, backend.AnySource); err != nil {
+		return err
+	}
+	if err := c.wildLoss(); err != nil {
+		return err
+	}
+	if c.noSender() {
+		return c.lastLoss()
+	}
+	return nil
+}
+
 // register gives r an id for the rendezvous, under e.mu.
 func (e *Engine) register(r *request) uint64 {
 	id := e.nextID

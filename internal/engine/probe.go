@@ -27,5 +27,10 @@ func (c *Comm) Iprobe(source, tag int) (bool, backend.Status, error) {
 			return false, backend.Status{}, err
 		}
 	}
+	if source == backend.AnySource {
+		if err := c.wildUsable(); err != nil {
+			return false, backend.Status{}, err // no rank is left that could send
+		}
+	}
 	return false, backend.Status{}, nil
 }

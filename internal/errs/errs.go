@@ -50,3 +50,19 @@ var (
 // opposed to one that aborted or whose process vanished: everything that
 // rank sent before it closed was delivered. Its text completes "rank N …".
 var ErrPeerClosed = errors.New("closed its communicator")
+
+// LostError is an error matching ErrPeerLost that names the rank whose
+// loss it reports: the rank that died, or, where the peer that left had
+// lost another rank first and said so as it left, that other rank. It is
+// what mp's OpError.LostRank reads.
+type LostError struct {
+	// Rank is the lost rank.
+	Rank int
+	// Err is the error, which matches ErrPeerLost.
+	Err error
+}
+
+func (e *LostError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *LostError) Unwrap() error { return e.Err }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -41,6 +42,8 @@ func helperCmd(mode string, args ...string) (string, []string) {
 //	               lines (split across writes) to stdout and stderr
 //	fail R CODE    after a barrier, rank R exits CODE; the others sleep
 //	kill R         after a barrier, rank R kills itself with SIGKILL
+//	cascade R FILE rank R SIGKILLs itself (its output held open 0.3 s by
+//	               a child); the others exit 3 as soon as it is dead
 //	sleep          sleep for an hour
 //	wait-int       after a barrier, print "ready", exit 0 on SIGINT
 //	ignore-int     ignore SIGINT, barrier, print "ready", sleep
@@ -96,6 +99,36 @@ func helperMain(args []string) int {
 			return arg(2)
 		}
 		time.Sleep(time.Hour)
+	case "cascade":
+		// Rank R dies by SIGKILL while a process it started holds its
+		// output open for a while; the others see it die and exit with
+		// status 3 at once, so their ends are reaped first.
+		if err := barrier(rank, size); err != nil {
+			return 92
+		}
+		pidFile := args[2]
+		if rank == arg(1) {
+			hold := exec.Command("sleep", "0.3")
+			hold.Stdout, hold.Stderr = os.Stdout, os.Stderr
+			if err := hold.Start(); err != nil {
+				return 93
+			}
+			os.WriteFile(pidFile+".tmp", []byte(strconv.Itoa(os.Getpid())), 0o600)
+			os.Rename(pidFile+".tmp", pidFile)
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				continue
+			}
+			st, err := os.ReadFile("/proc/" + string(b) + "/stat")
+			if err != nil || strings.Contains(string(st), ") Z ") {
+				fmt.Fprintf(os.Stderr, "rank %d saw rank %d die\n", rank, arg(1))
+				return 3
+			}
+		}
+		return 94
 	case "sleep":
 		time.Sleep(time.Hour)
 	case "wait-int":

@@ -6,6 +6,11 @@
 // forwards the signals it is given, and stops the whole job when one rank
 // fails, times out, or is canceled.
 //
+// The rank named as failed is the one that failed first: on Linux, the
+// first to die in the kernel's order of deaths (pidfds), though the ranks
+// that exited because they saw it die may be reaped before it (a process
+// it started holding its output open, say); elsewhere, the first reaped.
+//
 // Run never exits the process and never touches os.Stdout, os.Stderr or
 // signal handlers itself: the caller passes writers and a signal channel.
 //
@@ -294,6 +299,8 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 	ranks := make([]*rank, n)
 	exits := make(chan exitEvent, n)
 	running := 0
+	dw := newDeaths()
+	defer dw.close()
 	var startErr error
 	for i := range n {
 		var extra *os.File
@@ -313,6 +320,7 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 		}
 		ranks[i], r.running = r, true
 		running++
+		dw.add(i, r.cmd.Process.Pid)
 		go func() {
 			err := r.cmd.Wait()
 			r.flush()
@@ -354,6 +362,53 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 	if startErr != nil {
 		stop()
 	}
+	// After the first failure the launcher settles which rank failed
+	// first before it says so: the one that died first, by the kernel's
+	// order of deaths (deaths), whose end may be reaped after the ends of
+	// the survivors that exited because they saw it die. It waits for
+	// the ends of the ranks that died before the first failure it saw,
+	// for the grace period and a second at most.
+	var (
+		settling bool        // a rank failed; which one first is not decided yet
+		failures []exitEvent // the failures seen while settling
+		exited   = make([]bool, n)
+		settleC  <-chan time.Time
+		expired  bool
+	)
+	decide := func() {
+		if !settling {
+			return
+		}
+		best, bestSeq := -1, 0
+		for k, f := range failures {
+			seq, ok := dw.order(f.rank)
+			if !ok {
+				if dw.watching(f.rank) && !expired {
+					return // its death is being recorded
+				}
+				seq = n + k // unknown: after the known ones, in the order reaped
+			}
+			if best < 0 || seq < bestSeq {
+				best, bestSeq = k, seq
+			}
+		}
+		if !expired {
+			for r := range n {
+				if seq, ok := dw.order(r); ok && seq < bestSeq && !exited[r] {
+					return // died before it; its end is not reaped yet
+				}
+			}
+		}
+		settling, settleC = false, nil
+		first := failures[best]
+		res.Outcome, res.Failed, res.Err = Failed, first.rank, first.err
+		res.ExitCode = exitCode(first.err)
+		for k, f := range failures {
+			if k != best {
+				res.Stopped = append(res.Stopped, f.rank)
+			}
+		}
+	}
 	if j.cfg.Timeout > 0 {
 		t := time.NewTimer(j.cfg.Timeout)
 		defer t.Stop()
@@ -364,22 +419,37 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 		case e := <-exits:
 			running--
 			ranks[e.rank].running = false
+			exited[e.rank] = true
 			if errors.Is(e.err, exec.ErrWaitDelay) {
 				// It exited 0, but something it started kept its output open.
 				j.logf("rank %d exited, but a process it started still holds its output; stopped reading it", e.rank)
 				e.err = nil
 			}
 			if e.err == nil {
+				decide()
+				continue
+			}
+			if settling {
+				failures = append(failures, e)
+				decide()
 				continue
 			}
 			if ended {
 				res.Stopped = append(res.Stopped, e.rank)
 				continue
 			}
-			ended = true
-			res.Outcome, res.Failed, res.Err = Failed, e.rank, e.err
-			res.ExitCode = exitCode(e.err)
+			ended, settling = true, true
+			failures = append(failures, e)
+			t := time.NewTimer(j.grace + time.Second)
+			defer t.Stop()
+			settleC = t.C
 			stop()
+			decide()
+		case <-dw.notified():
+			decide()
+		case <-settleC:
+			expired = true
+			decide()
 		case sig, ok := <-sigs:
 			if !ok {
 				sigs = nil // closed: no more signals
@@ -410,6 +480,8 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 			kill()
 		}
 	}
+	expired = true
+	decide()
 	if grace != nil {
 		grace.Stop()
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -206,6 +207,26 @@ func TestRankKilledBySignal(t *testing.T) {
 	}
 	if want := "courier run: rank 1 failed: killed by signal: killed\n"; !strings.Contains(j.stderr, want) {
 		t.Errorf("stderr lacks %q", want)
+	}
+}
+
+// TestFirstFailureNamed kills rank 1 while a process it started keeps its
+// output open, and the other ranks exit with status 3 as soon as they see
+// it dead, so they are reaped first: the launcher still names rank 1,
+// which died first, and exits 137, as a shell reports SIGKILL.
+func TestFirstFailureNamed(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the ranks watch /proc")
+	}
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	j := runJob(t, t.Context(), helperConfig(4, "cascade", "1", pidFile))
+	r := j.res
+	if r.Outcome != Failed || r.Failed != 1 || r.ExitCode != 128+9 || !slices.Equal(r.Stopped, []int{0, 2, 3}) {
+		t.Fatalf("result %+v, want rank 1 failed, killed by SIGKILL (137), 0, 2, 3 stopped; stderr:\n%s", r, j.stderr)
+	}
+	if want := "courier run: rank 1 failed: killed by signal: killed\n"; !strings.Contains(j.stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, j.stderr)
 	}
 }
 
