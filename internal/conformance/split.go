@@ -261,6 +261,9 @@ func splitWildcards(t T, c *mp.Comm) {
 		require.NoError(t, mp.Send(c, []int32{111}, peer, 7))
 		require.NoError(t, mp.Send(d, []int32{222}, peer, 7))
 		require.NoError(t, mp.Barrier(d))
+		// Stay until the peer has looked: once no rank that could send
+		// is left, a wildcard probe fails instead of finding nothing.
+		require.NoError(t, mp.Barrier(d))
 		return
 	}
 	require.NoError(t, mp.Barrier(d)) // both messages have been sent
@@ -277,6 +280,7 @@ func splitWildcards(t T, c *mp.Comm) {
 	_, err = mp.Recv(c, got, mp.AnySource, mp.AnyTag)
 	require.NoError(t, err)
 	assert.Equal(t, int32(111), got[0], "the world's wildcard receive")
+	require.NoError(t, mp.Barrier(d))
 }
 
 // splitCollectivesApart: collectives on a duplicate and on the world in
