@@ -88,8 +88,9 @@ var testOnly = map[string][]string{
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "mp",
 	},
-	"mp":        {"internal/conformance", "internal/leakcheck", "internal/ranktest", "mp/mptest"},
-	"mp/mptest": {"internal/leakcheck"},
+	"mp":             {"internal/conformance", "internal/leakcheck", "internal/ranktest", "mp/mptest"},
+	"mp/mptest":      {"internal/leakcheck"},
+	"internal/bench": {"internal/leakcheck", "internal/ranktest"}, // its ping-pong on a job of two ranks
 }
 
 // external is what outside the standard library and the module a
