@@ -9,6 +9,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"runtime"
@@ -30,6 +31,9 @@ type Config struct {
 	// Budget roughly bounds the bytes moved per measurement, to size the
 	// number of iterations.
 	Budget int64
+	// LatencyTime is about how long the timed part of each latency
+	// measurement takes (0: DefaultLatencyTime).
+	LatencyTime time.Duration
 	// Pattern is "osu" (the default) or "stream" (see the package doc).
 	Pattern string
 	// Device makes the buffers GPU memory (cuda.Alloc on the rank's GPU)
@@ -81,6 +85,9 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 	if !slices.Contains(Patterns, cfg.Pattern) {
 		return nil, fmt.Errorf("unknown pattern %q (have %v)", cfg.Pattern, Patterns)
 	}
+	if cfg.LatencyTime < 0 {
+		return nil, fmt.Errorf("latency time %v: want a positive duration, or 0 for %v", cfg.LatencyTime, DefaultLatencyTime)
+	}
 	largest := slices.Max(append(slices.Clone(cfg.LatencySizes), append(cfg.BandwidthSizes, 1)...))
 	m, err := newMem(c, largest, cfg.Device)
 	if err != nil {
@@ -91,7 +98,7 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 	for _, n := range cfg.LatencySizes {
 		var allocs float64
 		d, err := median(cfg.Reps, progress(c, cfg.Progress, "latency", n), func() (time.Duration, error) {
-			d, a, err := latency(c, m.sub(n), iters(cfg.Budget/16, n, 1))
+			d, a, err := latency(c, m.sub(n), iters(cfg.Budget/16, n, 1), cmp.Or(cfg.LatencyTime, DefaultLatencyTime))
 			allocs = a
 			return d, err
 		})
@@ -249,17 +256,18 @@ func progress(c *mp.Comm, report func(string, int, int), kind string, size int) 
 	return func(figure, figures int) { report(what, figure, figures) }
 }
 
-// latencyBudget bounds the timed part of one latency measurement (see
-// pingPong).
-const latencyBudget = 2 * time.Second
+// DefaultLatencyTime is how long the timed part of a latency measurement
+// takes when Config.LatencyTime is 0 (see pingPong).
+const DefaultLatencyTime = 2 * time.Second
 
 // latencyChunks: no chunk of a latency measurement's round trips is
 // planned to take more than 1/latencyChunks of its budget (see pingPong).
 const latencyChunks = 8
 
 // latency returns the one-way time of a blocking ping-pong of buf, and the
-// heap allocations per message on this rank (see pingPong).
-func latency(c *mp.Comm, buf *mem, iters int) (time.Duration, float64, error) {
+// heap allocations per message on this rank, from at most iters round
+// trips of about budget together (see pingPong).
+func latency(c *mp.Comm, buf *mem, iters int, budget time.Duration) (time.Duration, float64, error) {
 	roundTrip := func() error {
 		switch c.Rank() {
 		case 0:
@@ -275,7 +283,7 @@ func latency(c *mp.Comm, buf *mem, iters int) (time.Duration, float64, error) {
 		}
 		return nil
 	}
-	return pingPong(c, roundTrip, iters, latencyBudget)
+	return pingPong(c, roundTrip, iters, budget)
 }
 
 // pingPong times at most iters calls of roundTrip (one round trip between

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,15 @@ func TestPingPongCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunRefusesNegativeLatencyTime: a negative Config.LatencyTime is an
+// error from Run on every rank, before anything is measured.
+func TestRunRefusesNegativeLatencyTime(t *testing.T) {
+	ranktest.Run(t, 2, func(rt *ranktest.T, c *mp.Comm) {
+		cfg := Config{LatencySizes: []int{8}, Reps: 1, Budget: 1 << 10, LatencyTime: -time.Second}
+		if _, err := Run(c, cfg, nil); err == nil || !strings.Contains(err.Error(), "latency time -1s") {
+			rt.Errorf("rank %d: Run with a latency time of -1s: %v, want an error naming it", c.Rank(), err)
+		}
+	})
 }

@@ -72,6 +72,7 @@ var allowed = map[string][]string{
 	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
 	"examples/...":                  {"cuda", "mp"},
 	"internal/leakcheck":            nil,
+	"internal/testscope":            nil,
 	"internal/layering":             nil,
 }
 
@@ -86,7 +87,7 @@ var testOnly = map[string][]string{
 	"backend/shm":     {"internal/conformance"}, // the thresholds lie in the suite's sweep
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
-		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "mp",
+		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",
 	},
 	"mp":             {"internal/conformance", "internal/leakcheck", "internal/ranktest", "mp/mptest"},
 	"mp/mptest":      {"internal/leakcheck"},
