@@ -37,9 +37,11 @@ import (
 const fakeGPUChildEnv = "COURIER_TEST_FAKEGPU_CHILD"
 
 func init() {
-	if os.Getenv(fakeGPUChildEnv) == "" {
-		shortForm = "the fake GPU's conformance suite runs checked on 2 ranks, in its first configuration only"
+	if os.Getenv(fakeGPUChildEnv) != "" {
+		shortForm = ""
+		return
 	}
+	shortForm += "; the fake GPU's, checked on 2 ranks, in its first configuration only"
 }
 
 func TestFakeGPU(t *testing.T) {

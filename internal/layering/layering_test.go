@@ -89,9 +89,10 @@ var testOnly = map[string][]string{
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",
 	},
-	"mp":             {"internal/conformance", "internal/leakcheck", "internal/ranktest", "mp/mptest"},
-	"mp/mptest":      {"internal/leakcheck"},
-	"internal/bench": {"internal/leakcheck", "internal/ranktest"}, // its ping-pong on a job of two ranks
+	"mp":                            {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp/mptest"},
+	"mp/mptest":                     {"internal/leakcheck"},
+	"internal/bench":                {"internal/leakcheck", "internal/ranktest"}, // its ping-pong on a job of two ranks
+	"internal/conformance/proctest": {"internal/testscope"},
 }
 
 // external is what outside the standard library and the module a
