@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/courier-mp/courier/internal/conformance"
+	"github.com/courier-mp/courier/internal/testscope"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -20,6 +21,9 @@ func TestConformanceTCPCollectives(t *testing.T) {
 	}
 	if raceOn {
 		t.Skip("5 to 7 ranks: too slow under the race detector (the collectives run on 1 to 4 there)")
+	}
+	if !testscope.Full() {
+		t.Skipf("5 to 7 ranks: the short form (the collectives run on 1 to 4 ranks in the other suites); %s=1 runs it", testscope.Env)
 	}
 	for _, n := range []int{5, 6, 7} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {

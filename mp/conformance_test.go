@@ -6,6 +6,7 @@ import (
 
 	"github.com/courier-mp/courier/internal/conformance"
 	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/internal/testscope"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -30,7 +31,11 @@ func hostRunner(backend string, opts ...mp.Option) conformance.Runner {
 // TCP backend with 4 ranks, and with 2 and 3 (an odd count, where pairings
 // leave a rank out) and 1 (only the cases that need one rank).
 func TestConformanceTCP(t *testing.T) {
-	for _, n := range []int{4, 2, 3, 1} {
+	counts := []int{4, 2, 3, 1}
+	if !testscope.Full() {
+		counts = []int{4, 1} // the short form: 2 and 3 ranks run on shared memory (TestConformanceSHM)
+	}
+	for _, n := range counts {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 			conformance.Run(t, n, tcpRunner())
 		})
@@ -46,9 +51,12 @@ func TestConformanceTCPChecked(t *testing.T) {
 
 // TestConformanceSHM runs the suite over the host backend, whose ranks on
 // one host meet through shared memory, with 4, 3 and 2 ranks, and checked
-// (under the race detector, 4 and 2 ranks).
+// (under the race detector, 4 and 2 ranks; in the short form, 3 and 2).
 func TestConformanceSHM(t *testing.T) {
 	counts := []int{4, 3, 2}
+	if !testscope.Full() {
+		counts = []int{3, 2} // 4 ranks run over tcp (TestConformanceTCP)
+	}
 	if raceOn {
 		// The ranks spin, which the race detector makes slow: 4 and 2
 		// ranks there, 3 and the checked run in the plain step.
@@ -59,8 +67,8 @@ func TestConformanceSHM(t *testing.T) {
 			conformance.Run(t, n, hostRunner("host"))
 		})
 	}
-	if raceOn {
-		return
+	if raceOn || !testscope.Full() {
+		return // checked over tcp (TestConformanceTCPChecked)
 	}
 	t.Run("checked", func(t *testing.T) {
 		conformance.Run(t, 2, hostRunner("host", mp.WithCheck(true)))

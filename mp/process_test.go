@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-mp/courier/internal/leakcheck"
+	"github.com/courier-mp/courier/internal/testscope"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -27,6 +28,10 @@ func TestMain(m *testing.M) {
 			os.Exit(main())
 		}
 		os.Exit(rankMain(role))
+	}
+	if err := testscope.Announce("mp", "the conformance suites run on fewer rank counts (none on 5 to 7)"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	os.Exit(leakcheck.Check(m.Run()))
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/courier-mp/courier/internal/conformance"
 	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/internal/testscope"
 	"github.com/courier-mp/courier/mp"
 
 	_ "github.com/courier-mp/courier/backend/nccl"
@@ -65,9 +66,13 @@ func TestConformanceFake(t *testing.T) {
 }
 
 // TestConformanceFakeChecked runs the whole suite with checks, on 2, 3, 4
-// and 1 ranks.
+// and 1 ranks (3 alone in the short form: see internal/testscope).
 func TestConformanceFakeChecked(t *testing.T) {
-	for _, n := range []int{2, 3, 4, 1} {
+	counts := []int{2, 3, 4, 1}
+	if !testscope.Full() {
+		counts = []int{3}
+	}
+	for _, n := range counts {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 			conformance.Run(t, n, fakeRunner(mp.WithCheck(true)))
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/courier-mp/courier/internal/bench"
 	"github.com/courier-mp/courier/internal/conformance"
 	"github.com/courier-mp/courier/internal/ranktest"
+	"github.com/courier-mp/courier/internal/testscope"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -21,7 +22,8 @@ import (
 // nccl driver on the fake GPU library (see TestFakeGPU, which starts this
 // in a child process): with checks, every case on 2, 3 and 4 ranks (each
 // with a fake GPU of its own; 2 alone under the race detector); without,
-// the cases that do not need them.
+// the cases that do not need them. The short form (see
+// internal/testscope) runs the checked cases on 2 ranks alone.
 func TestFakeGPUChildConformance(t *testing.T) {
 	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
 		t.Skip("runs in the child process of TestFakeGPU")
@@ -36,14 +38,17 @@ func TestFakeGPUChildConformance(t *testing.T) {
 	}
 	t.Run("checked", func(t *testing.T) {
 		counts := []int{2, 3, 4}
-		if nccl.RaceEnabled {
-			counts = []int{2} // minutes under the race detector; 3 and 4 run in the plain step
+		if nccl.RaceEnabled || !testscope.Full() {
+			counts = []int{2} // minutes under the race detector; 3 and 4 run in CI's plain step
 		}
 		for _, n := range counts {
 			conformance.Run(t, n, runner(mp.WithCheck(true)))
 		}
 	})
 	t.Run("unchecked", func(t *testing.T) {
+		if !testscope.Full() {
+			t.Skipf("the short form; %s=1 runs it", testscope.Env)
+		}
 		run := runner(mp.WithCheck(false))
 		for _, cs := range conformance.Cases() {
 			t.Run(cs.Name, func(t *testing.T) {
@@ -58,7 +63,9 @@ func TestFakeGPUChildConformance(t *testing.T) {
 
 // TestFakeGPUChildBench runs courier bench's patterns (internal/bench) on
 // the nccl driver over the fake GPU library, with device and host memory:
-// they must finish, and report every row.
+// they must finish, and report every row. The measurements are cut short
+// (100 ms of round trips per latency, 2 MiB per bandwidth figure; courier
+// bench takes 2 s and 1 GiB): the patterns are what this tests.
 func TestFakeGPUChildBench(t *testing.T) {
 	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
 		t.Skip("runs in the child process of TestFakeGPU")
@@ -70,7 +77,7 @@ func TestFakeGPUChildBench(t *testing.T) {
 				ranktest.RunConfig(t, 2, cfg, func(rt *ranktest.T, c *mp.Comm) {
 					bc := bench.Config{
 						LatencySizes: []int{8, 128 << 10}, BandwidthSizes: []int{4 << 10, 2 << 20},
-						Window: 8, Reps: 1, Budget: 8 << 20, Pattern: pattern, Device: device,
+						Window: 8, Reps: 1, Budget: 2 << 20, LatencyTime: 100 * time.Millisecond, Pattern: pattern, Device: device,
 					}
 					rows, err := bench.Run(c, bc, nil)
 					if err != nil {

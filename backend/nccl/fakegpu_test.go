@@ -21,6 +21,7 @@ import (
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/cuda"
+	"github.com/courier-mp/courier/internal/testscope"
 )
 
 // The real engine (the C layer, the device engine, staging, events,
@@ -34,6 +35,14 @@ import (
 
 // fakeGPUChildEnv marks the child process.
 const fakeGPUChildEnv = "COURIER_TEST_FAKEGPU_CHILD"
+
+func init() {
+	if os.Getenv(fakeGPUChildEnv) != "" {
+		shortForm = ""
+		return
+	}
+	shortForm += "; the fake GPU's, checked on 2 ranks, in its first configuration only"
+}
 
 func TestFakeGPU(t *testing.T) {
 	if os.Getenv(fakeGPUChildEnv) != "" {
@@ -58,21 +67,22 @@ func TestFakeGPU(t *testing.T) {
 	// (whose groups the fake leaves in progress now and then), a driver
 	// without stream memory operations (so completion falls back to
 	// events) and a stream per direction.
-	// Under the race detector the conformance suite and the bench
-	// patterns run in the first configuration only (they take minutes
-	// there; every configuration runs them in the plain test step).
-	second := "^TestFakeGPUChild"
-	if raceEnabled {
-		second = "^TestFakeGPUChild(Collectives|Error|Device|Allocs|OpenBounded|Fault)$"
+	// The conformance suite runs in the first configuration only in the
+	// short form (see TestFakeGPUChildConformance) and under the race
+	// detector (about 3 minutes in each there; every configuration runs it
+	// in CI's plain test step).
+	secondSkip := ""
+	if raceEnabled || !testscope.Full() {
+		secondSkip = "^TestFakeGPUChildConformance$"
 	}
-	for _, run := range []struct{ tests, blocking, noMemOps, events, shared string }{
-		{"^TestFakeGPUChild", "", "", "", ""},
-		{second, "0", "1", "", "0"},
+	for _, run := range []struct{ tests, skip, blocking, noMemOps, events, shared string }{
+		{"^TestFakeGPUChild", "", "", "", "", ""},
+		{"^TestFakeGPUChild", secondSkip, "0", "1", "", "0"},
 		// Blocking communicators with events (the seal recorded in the
 		// launch's C call).
-		{"^TestFakeGPUChild(Device|Allocs)$", "", "", "1", ""},
+		{"^TestFakeGPUChild(Device|Allocs)$", "", "", "", "1", ""},
 	} {
-		args := []string{"-test.run=" + run.tests, "-test.count=1", "-test.timeout=10m"}
+		args := []string{"-test.run=" + run.tests, "-test.skip=" + run.skip, "-test.count=1", "-test.timeout=10m"}
 		if testing.Verbose() {
 			args = append(args, "-test.v")
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/backend/tcp"
 	"github.com/courier-mp/courier/internal/leakcheck"
+	"github.com/courier-mp/courier/internal/testscope"
 )
 
 // The tests in this file run everywhere: the loader's error path, the
@@ -690,7 +691,18 @@ func TestFakeInternalTags(t *testing.T) {
 	})
 }
 
+// shortForm is what this package's tests leave out unless testscope.Full
+// (fakegpu_test.go adds the fake GPU's part where cgo builds it, and
+// empties it in the fake GPU's child processes).
+var shortForm = "the fake engine's checked conformance suite runs on 3 ranks"
+
 func TestMain(m *testing.M) {
+	if shortForm != "" {
+		if err := testscope.Announce("backend/nccl", shortForm); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	code := m.Run()
 	closeGPUJob()
 	code = leakcheck.Check(code, "github.com/courier-mp/courier/backend/nccl.initBlocking.func1") // blocking inits left by a failed Open (TestFakeGPUChildOpenBounded)

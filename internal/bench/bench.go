@@ -9,6 +9,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"runtime"
@@ -30,6 +31,9 @@ type Config struct {
 	// Budget roughly bounds the bytes moved per measurement, to size the
 	// number of iterations.
 	Budget int64
+	// LatencyTime is about how long the timed part of each latency
+	// measurement takes (0: DefaultLatencyTime).
+	LatencyTime time.Duration
 	// Pattern is "osu" (the default) or "stream" (see the package doc).
 	Pattern string
 	// Device makes the buffers GPU memory (cuda.Alloc on the rank's GPU)
@@ -81,6 +85,9 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 	if !slices.Contains(Patterns, cfg.Pattern) {
 		return nil, fmt.Errorf("unknown pattern %q (have %v)", cfg.Pattern, Patterns)
 	}
+	if cfg.LatencyTime < 0 {
+		return nil, fmt.Errorf("latency time %v: want a positive duration, or 0 for %v", cfg.LatencyTime, DefaultLatencyTime)
+	}
 	largest := slices.Max(append(slices.Clone(cfg.LatencySizes), append(cfg.BandwidthSizes, 1)...))
 	m, err := newMem(c, largest, cfg.Device)
 	if err != nil {
@@ -91,7 +98,7 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 	for _, n := range cfg.LatencySizes {
 		var allocs float64
 		d, err := median(cfg.Reps, progress(c, cfg.Progress, "latency", n), func() (time.Duration, error) {
-			d, a, err := latency(c, m.sub(n), iters(cfg.Budget/16, n, 1))
+			d, a, err := latency(c, m.sub(n), iters(cfg.Budget/16, n, 1), cmp.Or(cfg.LatencyTime, DefaultLatencyTime))
 			allocs = a
 			return d, err
 		})
@@ -249,17 +256,18 @@ func progress(c *mp.Comm, report func(string, int, int), kind string, size int) 
 	return func(figure, figures int) { report(what, figure, figures) }
 }
 
-// latencyBudget bounds the timed part of one latency measurement: iters
-// is cut so that it takes about this long, judged from the warm-up.
-const latencyBudget = 2 * time.Second
+// DefaultLatencyTime is how long the timed part of a latency measurement
+// takes when Config.LatencyTime is 0 (see pingPong).
+const DefaultLatencyTime = 2 * time.Second
+
+// latencyChunks: no chunk of a latency measurement's round trips is
+// planned to take more than 1/latencyChunks of its budget (see pingPong).
+const latencyChunks = 8
 
 // latency returns the one-way time of a blocking ping-pong of buf, and the
-// heap allocations per message on this rank. After the warm-up, rank 0
-// cuts iters to about latencyBudget and tells rank 1.
-func latency(c *mp.Comm, buf *mem, iters int) (time.Duration, float64, error) {
-	if err := mp.Barrier(c); err != nil {
-		return 0, 0, err
-	}
+// heap allocations per message on this rank, from at most iters round
+// trips of about budget together (see pingPong).
+func latency(c *mp.Comm, buf *mem, iters int, budget time.Duration) (time.Duration, float64, error) {
 	roundTrip := func() error {
 		switch c.Rank() {
 		case 0:
@@ -275,6 +283,26 @@ func latency(c *mp.Comm, buf *mem, iters int) (time.Duration, float64, error) {
 		}
 		return nil
 	}
+	return pingPong(c, roundTrip, iters, budget)
+}
+
+// pingPong times at most iters calls of roundTrip (one round trip between
+// ranks 0 and 1) after a warm-up, about budget's worth of them (at least
+// 10), and returns half the time one took and the heap allocations per
+// message on this rank.
+//
+// The timed round trips run in chunks, and only the chunks are timed:
+// before each, rank 0 tells rank 1 how many round trips it has (0: none,
+// the end), sized from the time those before took: twice the last chunk at
+// most, starting from 10, and never more than the budget left, or a
+// latencyChunks-th of the budget, at the last chunk's pace. A machine that slows down
+// after the warm-up (other programs start) so stretches one chunk, not
+// the whole measurement: an iteration count fixed from the warm-up once
+// made a 2-second measurement take 40.
+func pingPong(c *mp.Comm, roundTrip func() error, iters int, budget time.Duration) (time.Duration, float64, error) {
+	if err := mp.Barrier(c); err != nil {
+		return 0, 0, err
+	}
 	warm := min(iters/10+1, 100)
 	start := time.Now()
 	for range warm {
@@ -282,32 +310,51 @@ func latency(c *mp.Comm, buf *mem, iters int) (time.Duration, float64, error) {
 			return 0, 0, err
 		}
 	}
-	n := []int64{int64(iters)}
-	switch c.Rank() {
-	case 0:
-		per := time.Since(start) / time.Duration(warm)
-		n[0] = min(n[0], max(10, int64(latencyBudget/max(per, 1))))
-		if err := mp.Send(c, n, 1, 5); err != nil {
+	per := time.Since(start) / time.Duration(warm) // rank 0's latest pace
+	var (
+		timed   time.Duration
+		done    int64
+		mallocs uint64
+		ms      runtime.MemStats
+	)
+	left, last := int64(iters), int64(5)
+	next := []int64{0}
+	for {
+		if c.Rank() == 0 {
+			next[0] = 0
+			if left > 0 && (timed < budget || done < 10) {
+				per := max(per, 1)
+				n := min(left, 2*last, max(1, int64((budget-timed)/per)), max(1, int64(budget/latencyChunks/per)))
+				next[0] = max(n, min(left, 10-done))
+			}
+			if err := mp.Send(c, next, 1, 5); err != nil {
+				return 0, 0, err
+			}
+		} else if _, err := mp.Recv(c, next, 0, 5); err != nil {
 			return 0, 0, err
 		}
-	case 1:
-		if _, err := mp.Recv(c, n, 0, 5); err != nil {
-			return 0, 0, err
+		n := next[0]
+		if n == 0 {
+			break
 		}
+		runtime.ReadMemStats(&ms)
+		before := ms.Mallocs
+		start := time.Now()
+		for range n {
+			if err := roundTrip(); err != nil {
+				return 0, 0, err
+			}
+		}
+		took := time.Since(start)
+		runtime.ReadMemStats(&ms)
+		mallocs += ms.Mallocs - before
+		timed, done, left, last = timed+took, done+n, left-n, n
+		per = took / time.Duration(n)
 	}
-	iters = int(n[0])
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	mallocs := ms.Mallocs
-	start = time.Now()
-	for range iters {
-		if err := roundTrip(); err != nil {
-			return 0, 0, err
-		}
+	if done == 0 {
+		return 0, 0, nil
 	}
-	d := time.Since(start) / time.Duration(2*iters)
-	runtime.ReadMemStats(&ms)
-	return d, float64(ms.Mallocs-mallocs) / float64(2*iters), nil
+	return timed / time.Duration(2*done), float64(mallocs) / float64(2*done), nil
 }
 
 // bandwidth returns the time rank 0 took to send rounds windows of window

@@ -72,6 +72,7 @@ var allowed = map[string][]string{
 	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
 	"examples/...":                  {"cuda", "mp"},
 	"internal/leakcheck":            nil,
+	"internal/testscope":            nil,
 	"internal/layering":             nil,
 }
 
@@ -86,10 +87,12 @@ var testOnly = map[string][]string{
 	"backend/shm":     {"internal/conformance"}, // the thresholds lie in the suite's sweep
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
-		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "mp",
+		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",
 	},
-	"mp":        {"internal/conformance", "internal/leakcheck", "internal/ranktest", "mp/mptest"},
-	"mp/mptest": {"internal/leakcheck"},
+	"mp":                            {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp/mptest"},
+	"mp/mptest":                     {"internal/leakcheck"},
+	"internal/bench":                {"internal/leakcheck", "internal/ranktest"}, // its ping-pong on a job of two ranks
+	"internal/conformance/proctest": {"internal/testscope"},
 }
 
 // external is what outside the standard library and the module a

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/courier-mp/courier/internal/conformance/proctest"
+	"github.com/courier-mp/courier/internal/testscope"
 )
 
 // requireNetnsEnv, set to 1, makes TestConformanceNetns fail where it
@@ -38,6 +39,9 @@ func TestConformanceNetns(t *testing.T) {
 	}
 	if testing.Short() {
 		t.Skip("starts processes")
+	}
+	if !testscope.Full() && os.Getenv(requireNetnsEnv) != "1" {
+		t.Skipf("the short form; %s=1 (or %s=1) runs it", testscope.Env, requireNetnsEnv)
 	}
 	hosts := makeHosts(t)
 	opts := proctest.Options{Cases: *casesFlag}

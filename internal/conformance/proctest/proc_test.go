@@ -2,15 +2,28 @@ package proctest_test
 
 import (
 	"flag"
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/courier-mp/courier/internal/conformance/proctest"
+	"github.com/courier-mp/courier/internal/testscope"
 )
 
 var (
 	casesFlag = flag.String("cases", "", "run only the conformance cases whose names match this regexp (default: $"+proctest.CasesEnv+", else all)")
 	ranksFlag = flag.Int("ranks", 4, "number of rank processes TestConformanceProcesses starts when it is not itself a rank")
 )
+
+func TestMain(m *testing.M) {
+	if !proctest.InJob() {
+		if err := testscope.Announce("internal/conformance/proctest", "the suite's processes run over the host backend only, and not across network namespaces"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	os.Exit(m.Run())
+}
 
 // rankTest is the test that the launched processes run.
 const rankTest = "TestConformanceProcesses"
@@ -31,8 +44,13 @@ func TestConformanceProcesses(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	// "host": the ranks share this host, so they meet through shared
-	// memory; "tcp": every pair over loopback TCP.
-	for _, backend := range []string{"host", "tcp"} {
+	// memory; "tcp": every pair over loopback TCP (in full only: see
+	// internal/testscope).
+	backends := []string{"host", "tcp"}
+	if !testscope.Full() {
+		backends = backends[:1]
+	}
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			procs, err := proctest.Loopback(*ranksFlag)
 			if err != nil {
