@@ -220,6 +220,7 @@ func (c *Comm) derive(op string, color, key int, pc uintptr) (*Comm, error) {
 		size:        len(members),
 		backendName: c.backendName,
 		timeout:     c.timeout,
+		watchdog:    c.watchdog,
 		check:       c.check,
 		job:         c.job,
 		env:         c.env,
@@ -229,6 +230,7 @@ func (c *Comm) derive(op string, color, key int, pc uintptr) (*Comm, error) {
 		fam:         c.fam,
 	}
 	c.fam.opened(d)
+	d.track()
 	return d, nil
 }
 

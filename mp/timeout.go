@@ -69,6 +69,8 @@ func initContext(ctx context.Context, timeout time.Duration) (context.Context, c
 // timeout. When the bound passes, the communicator is aborted with a report
 // of what was pending, and the request ends with that error.
 func (c *Comm) wait(r backend.Request) (Status, error) {
+	c.beginWait()
+	defer c.endWait()
 	st, err := r.Wait(c.timeout)
 	if err != nil && c.timeout > 0 && errors.Is(err, ErrTimeout) {
 		if done, _, _ := r.Test(); !done {

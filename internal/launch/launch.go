@@ -257,6 +257,7 @@ type rank struct {
 	cmd            *exec.Cmd
 	stdout, stderr *lineWriter // nil when not prefixing
 	running        bool
+	ctl            *control // nil when the system has no control channels
 }
 
 // flush writes the ends of unterminated last lines; call it after Wait.
@@ -293,6 +294,7 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 	n := j.cfg.NP
 	ranks := make([]*rank, n)
 	exits := make(chan exitEvent, n)
+	reports := make(chan rankReport, n)
 	running := 0
 	var startErr error
 	for i := range n {
@@ -300,10 +302,23 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 		if i == 0 {
 			extra = lf
 		}
-		r := j.newRank(i, argv0, path, addr, key, extra)
+		ctl, ctlFile := newControl(i, reports)
+		r := j.newRank(i, argv0, path, addr, key, extra, ctlFile)
 		err := r.cmd.Start()
 		if i == 0 {
 			lf.Close() // rank 0 holds the socket now; other ranks must not inherit it
+		}
+		if ctlFile != nil {
+			ctlFile.Close() // the rank's end is the rank's
+		}
+		if ctl != nil {
+			if err != nil {
+				ctl.conn.Close()
+			} else {
+				r.ctl = ctl
+				go ctl.serve()
+				defer ctl.close()
+			}
 		}
 		if err != nil {
 			startErr = err
@@ -391,12 +406,14 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 			}
 			ended = true
 			res.Outcome, res.Signal = Interrupted, sig
+			j.collectReports(ranks, reports, fmt.Sprintf("interrupted by signal: %v", sig))
 			signalAll(sig)
 		case <-timeoutC:
 			timeoutC = nil
 			if !ended {
 				ended = true
 				res.Outcome, res.ExitCode = TimedOut, 124
+				j.collectReports(ranks, reports, fmt.Sprintf("timed out after %v", j.cfg.Timeout))
 			}
 			stop()
 		case <-done:
@@ -419,7 +436,7 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 }
 
 // newRank prepares (but does not start) rank i.
-func (j *job) newRank(i int, argv0, path, addr, key string, rendezvous *os.File) *rank {
+func (j *job) newRank(i int, argv0, path, addr, key string, rendezvous, ctl *os.File) *rank {
 	cmd := &exec.Cmd{
 		Path:        path,
 		Args:        append([]string{argv0}, j.cfg.Args...),
@@ -431,6 +448,10 @@ func (j *job) newRank(i int, argv0, path, addr, key string, rendezvous *os.File)
 	}
 	if rendezvous != nil {
 		cmd.ExtraFiles = []*os.File{rendezvous} // fd 3 == RendezvousFD
+	}
+	if ctl != nil {
+		cmd.Env = append(cmd.Env, EnvControlFD+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, ctl)
 	}
 	r := &rank{cmd: cmd}
 	if j.cfg.NoPrefix {

@@ -1,0 +1,138 @@
+package mp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The launcher's control channel. courier run gives every rank one end of
+// a socket pair as an inherited descriptor, named by COURIER_CONTROL_FD,
+// and asks on it, when the job times out (courier run --timeout) or is
+// interrupted (Ctrl-C), for the operations pending on the rank, which it
+// prints together before it stops the ranks. No signal is involved: the
+// program's own signal handling is left as it is. A process that is not
+// under courier run (the variable unset) has no channel.
+//
+// The protocol, in lines: the rank says controlHello once when its first
+// communicator opens; courier run says "report"; the rank answers
+// "report N" and N bytes: the pending-operation lists of its open
+// communicators (pendingBlock each). internal/launch speaks the other end.
+// A goroutine reads the channel while a communicator is open.
+
+// controlEnv names the variable of the control channel's descriptor.
+const controlEnv = "COURIER_CONTROL_FD"
+
+// controlHello is the rank's first line on the control channel.
+const controlHello = "courier control 1\n"
+
+// control is the process's end of the control channel.
+var control struct {
+	mu      sync.Mutex
+	opened  bool // the descriptor has been looked at
+	conn    net.Conn
+	r       *bufio.Reader
+	running bool
+	done    chan struct{}
+}
+
+// startControl starts reading the control channel, when the process has
+// one and no goroutine reads it yet. Not under reports.mu.
+func startControl() {
+	control.mu.Lock()
+	defer control.mu.Unlock()
+	if !control.opened {
+		control.opened = true
+		control.conn = openControl(os.Getenv(controlEnv))
+		if control.conn != nil {
+			control.r = bufio.NewReader(control.conn)
+			if _, err := control.conn.Write([]byte(controlHello)); err != nil {
+				control.conn.Close()
+				control.conn = nil
+			}
+		}
+	}
+	if control.conn == nil || control.running {
+		return
+	}
+	control.conn.SetReadDeadline(time.Time{})
+	control.running = true
+	control.done = make(chan struct{})
+	go serveControl(control.conn, control.r, control.done)
+}
+
+// stopControl stops the reading goroutine when no communicator is open
+// (and waits for it). Not under reports.mu.
+func stopControl() {
+	control.mu.Lock()
+	defer control.mu.Unlock()
+	if !control.running || len(openComms()) > 0 {
+		return
+	}
+	control.conn.SetReadDeadline(time.Unix(1, 0))
+	<-control.done
+	control.running = false
+}
+
+// openControl returns the connection of the inherited descriptor fd
+// names, or nil when there is none.
+func openControl(fd string) net.Conn {
+	n, err := strconv.Atoi(strings.TrimSpace(fd))
+	if err != nil || n < 3 {
+		return nil
+	}
+	f := os.NewFile(uintptr(n), "courier-control")
+	if f == nil {
+		return nil
+	}
+	defer f.Close() // FileConn has its own (close-on-exec) duplicate
+	conn, err := net.FileConn(f)
+	if err != nil {
+		return nil
+	}
+	return conn
+}
+
+// serveControl answers the launcher's requests until the channel ends,
+// or until stopControl's deadline.
+func serveControl(conn net.Conn, r *bufio.Reader, done chan struct{}) {
+	defer close(done)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				conn.Close() // the launcher is gone: no more requests
+			}
+			return
+		}
+		if strings.TrimSpace(line) != "report" {
+			continue
+		}
+		text := processReport()
+		if _, err := fmt.Fprintf(conn, "report %d\n%s", len(text), text); err != nil {
+			conn.Close()
+			return
+		}
+	}
+}
+
+// processReport lists the pending operations of every communicator open
+// in this process.
+func processReport() string {
+	comms := openComms()
+	if len(comms) == 0 {
+		return "no communicator open\n"
+	}
+	var b strings.Builder
+	for _, c := range comms {
+		b.WriteString(c.pendingBlock())
+	}
+	return b.String()
+}
