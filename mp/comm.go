@@ -73,8 +73,9 @@ type Comm struct {
 	// their messages share one tag. collPC, written in a collective's
 	// turn, is the program's call of the one running (its messages report
 	// it).
-	order  collOrder
-	collPC uintptr
+	order    collOrder
+	collPC   uintptr
+	collCall atomic.Uint32 // what the program called, for reports (report.go)
 
 	// The communicator's place among those derived from one world
 	// (split.go): its id (0 for the world), its name, the one it was

@@ -50,7 +50,14 @@
 // error (ErrPeerLost, ErrClosed, ErrAborted); COURIER_TIMEOUT (or
 // WithTimeout) bounds every wait, and a wait that passes it aborts the
 // communicator with an error listing this rank's pending operations and
-// where each was called. Wildcard receives stay posted when a peer is lost:
+// where each was called. Without a timeout, a watchdog (COURIER_WATCHDOG,
+// DefaultWatchdog by default; 0 or off disables it) writes that list once
+// to standard error when the communicator's waits have made no progress
+// for its period, and the waits go on: this report is the only thing the
+// package ever writes to standard error. Under courier run, --timeout and
+// Ctrl-C have every rank's list printed by courier run before the ranks are
+// stopped (over an inherited control channel, COURIER_CONTROL_FD; no
+// signal handler is installed). Wildcard receives stay posted when a peer is lost:
 // another rank, or this one, may still send what they wait for.
 //
 // Errors are *OpError values wrapping the sentinels (ErrTruncate,

@@ -257,9 +257,9 @@ func (c *Comm) pendingBlock() string {
 	pending := c.conn.Pending()
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d operation(s) pending on rank %d of %s:\n", len(pending), c.rank, c.name)
-	for _, p := range pending {
+	for _, line := range c.reportLines(pending) {
 		b.WriteString("\t")
-		b.WriteString(describeOp(c.rank, p))
+		b.WriteString(line)
 		b.WriteString("\n")
 	}
 	return b.String()

@@ -41,6 +41,13 @@ sent SIGTERM, then SIGKILL 2s later. A first SIGINT or SIGTERM sent to
 courier is forwarded to every rank, and courier waits; a second one kills
 them.
 
+On --timeout, and on the first SIGINT or SIGTERM, courier first asks every
+rank that uses courier what it is waiting for, and prints their pending
+operations together (each with the line of the program that called it),
+waiting at most 2s for the answers; then it stops or signals the ranks.
+It asks over a socket each rank inherits (COURIER_CONTROL_FD), not with a
+signal, so the program's signal handling is untouched.
+
 Flags:
 
 	-np N, -n N   number of ranks to start (required, at least 1)

@@ -4,7 +4,9 @@
 // (see ChildEnv), hands rank 0 an already-listening rendezvous socket as
 // file descriptor 3, prefixes each line the ranks print with "[rank] ",
 // forwards the signals it is given, and stops the whole job when one rank
-// fails, times out, or is canceled.
+// fails, times out, or is canceled. On the timeout and on the first
+// signal it first asks the ranks for their pending operations over their
+// control channels (EnvControlFD, control.go) and prints them together.
 //
 // Run never exits the process and never touches os.Stdout, os.Stderr or
 // signal handlers itself: the caller passes writers and a signal channel.
@@ -71,14 +73,16 @@ type Config struct {
 	NoPrefix bool
 	// Timeout, when positive, bounds how long the ranks may run (counted
 	// from the start of rank 0, so not counting a build). When it expires
-	// the job is stopped like after a failure and Run reports TimedOut.
+	// the ranks' pending operations are printed (collectReports) and the
+	// job is stopped like after a failure; Run reports TimedOut.
 	Timeout time.Duration
 	// Grace is how long ranks being stopped get between SIGTERM and SIGKILL;
 	// zero or less means DefaultGrace.
 	Grace time.Duration
 	// Signals carries signals for the job, typically from signal.Notify for
-	// os.Interrupt and SIGTERM. The first one is forwarded to every running
-	// rank, and Run then waits for them; any later one (or one arriving while
+	// os.Interrupt and SIGTERM. The first one has the ranks' pending
+	// operations printed, is then forwarded to every running rank, and Run
+	// waits for them; any later one (or one arriving while
 	// the job is already being stopped) kills every rank with SIGKILL. A
 	// signal during the build interrupts it. Nil: no signals.
 	Signals <-chan os.Signal
