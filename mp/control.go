@@ -23,7 +23,10 @@ import (
 // The protocol, in lines: the rank says controlHello once when its first
 // communicator opens; courier run says "report"; the rank answers
 // "report N" and N bytes: the pending-operation lists of its open
-// communicators (pendingBlock each). internal/launch speaks the other end.
+// communicators (pendingBlock each), then "waits M" and M bytes of lines
+// "peer<TAB>op<TAB>tag<TAB>description", one per pending operation of its
+// world communicators (peer -1: any rank), from which courier run draws
+// the wait-for graph of the job. internal/launch speaks the other end.
 // A goroutine reads the channel while a communicator is open.
 
 // controlEnv names the variable of the control channel's descriptor.
@@ -115,12 +118,32 @@ func serveControl(conn net.Conn, r *bufio.Reader, done chan struct{}) {
 		if strings.TrimSpace(line) != "report" {
 			continue
 		}
-		text := processReport()
-		if _, err := fmt.Fprintf(conn, "report %d\n%s", len(text), text); err != nil {
+		text, waits := processReport(), processWaits()
+		if _, err := fmt.Fprintf(conn, "report %d\n%swaits %d\n%s", len(text), text, len(waits), waits); err != nil {
 			conn.Close()
 			return
 		}
 	}
+}
+
+// processWaits lists the pending operations of the world communicators
+// open in this process, in the control channel's "waits" form.
+func processWaits() string {
+	var b strings.Builder
+	for _, c := range openComms() {
+		if c.parent != nil {
+			continue // its ranks are not the job's
+		}
+		for _, p := range c.conn.Pending() {
+			peer := p.Peer
+			if peer < 0 {
+				peer = -1
+			}
+			desc := strings.NewReplacer("\t", " ", "\n", " ").Replace(c.describeOp(p))
+			fmt.Fprintf(&b, "%d\t%s\t%d\t%s\n", peer, p.Op, p.Tag, desc)
+		}
+	}
+	return b.String()
 }
 
 // processReport lists the pending operations of every communicator open

@@ -222,6 +222,16 @@ func hangLines(t *testing.T, stderr string) {
 	if !strings.Contains(stderr, "main_test.go:") {
 		t.Errorf("stderr names no line of the program")
 	}
+	for _, want := range []string{
+		"courier run: wait-for graph: 0→1, 1→0\n",
+		"courier run: rank 0 (recv from rank 1, tag 5, 3 × float64 at main_test.go:",
+		") waits for rank 1, which (recv from rank 0, tag 5, 3 × float64 at main_test.go:",
+		") waits for rank 0: each receives before it sends: one must send first, or use Sendrecv\n",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
 }
 
 // A job that hangs: --timeout gets every rank's pending operations

@@ -21,7 +21,10 @@ import (
 //
 // The protocol, in lines: the rank says ControlHello once it has a
 // communicator open; courier run says "report"; the rank answers
-// "report N" and N bytes of text.
+// "report N" and N bytes of text, then "waits M" and M bytes of lines
+// "peer<TAB>op<TAB>tag<TAB>description", one per pending operation of its
+// world communicators (peer -1: any rank), of which courier run draws the
+// wait-for graph (waitgraph.go).
 const EnvControlFD = "COURIER_CONTROL_FD"
 
 // ControlHello is a rank's first line on its control channel.
@@ -45,8 +48,9 @@ type control struct {
 
 // rankReport is one rank's answer.
 type rankReport struct {
-	rank int
-	text string
+	rank  int
+	text  string
+	waits []wait
 }
 
 // newControl makes rank i's control channel: courier run's end, and the
@@ -89,8 +93,18 @@ func (c *control) serve() {
 		if _, err := io.ReadFull(r, b); err != nil {
 			return
 		}
+		line, err = r.ReadString('\n')
+		n, ok = strings.CutPrefix(strings.TrimSpace(line), "waits ")
+		wsize, werr := strconv.Atoi(n)
+		if err != nil || !ok || werr != nil || wsize < 0 || wsize > maxReport {
+			return
+		}
+		w := make([]byte, wsize)
+		if _, err := io.ReadFull(r, w); err != nil {
+			return
+		}
 		select { // one answer per request, so room for it; never block
-		case c.reports <- rankReport{c.rank, string(b)}:
+		case c.reports <- rankReport{c.rank, string(b), parseWaits(string(w))}:
 		default:
 		}
 	}
@@ -119,6 +133,7 @@ func (j *job) collectReports(ranks []*rank, reports <-chan rankReport, why strin
 		return 0
 	}
 	got := make(map[int]string, asked)
+	waits := make(map[int][]wait, asked)
 	t := time.NewTimer(ReportWait)
 	defer t.Stop()
 wait:
@@ -126,6 +141,7 @@ wait:
 		select {
 		case rep := <-reports:
 			got[rep.rank] = rep.text
+			waits[rep.rank] = rep.waits
 		case <-t.C:
 			break wait
 		}
@@ -143,6 +159,9 @@ wait:
 		for line := range strings.Lines(text) {
 			fmt.Fprintf(&b, "[%d] %s\n", i, strings.TrimSuffix(line, "\n"))
 		}
+	}
+	for _, line := range waitGraph(len(ranks), waits) {
+		b.WriteString(MessagePrefix + line + "\n")
 	}
 	if j.out.stderr != nil {
 		j.out.write(j.out.stderr, []byte(b.String()))
