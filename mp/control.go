@@ -27,7 +27,11 @@ import (
 // "peer<TAB>op<TAB>tag<TAB>description", one per pending operation of its
 // world communicators (peer -1: any rank), from which courier run draws
 // the wait-for graph of the job. internal/launch speaks the other end.
-// A goroutine reads the channel while a communicator is open.
+// A rank whose wait passed its timeout says "stuck" before it aborts its
+// communicator; courier run then asks every rank for its report, prints
+// them, and says "reported" to the ranks that asked (reportJob), so the
+// job's report shows every rank's operations, not only the first to time
+// out. A goroutine reads the channel while a communicator is open.
 
 // controlEnv names the variable of the control channel's descriptor.
 const controlEnv = "COURIER_CONTROL_FD"
@@ -43,6 +47,7 @@ var control struct {
 	r       *bufio.Reader
 	running bool
 	done    chan struct{}
+	ack     chan struct{} // courier run has printed the reports a rank asked for
 }
 
 // startControl starts reading the control channel, when the process has
@@ -55,6 +60,7 @@ func startControl() {
 		control.conn = openControl(os.Getenv(controlEnv))
 		if control.conn != nil {
 			control.r = bufio.NewReader(control.conn)
+			control.ack = make(chan struct{}, 1)
 			if _, err := control.conn.Write([]byte(controlHello)); err != nil {
 				control.conn.Close()
 				control.conn = nil
@@ -67,7 +73,7 @@ func startControl() {
 	control.conn.SetReadDeadline(time.Time{})
 	control.running = true
 	control.done = make(chan struct{})
-	go serveControl(control.conn, control.r, control.done)
+	go serveControl(control.conn, control.r, control.done, control.ack)
 }
 
 // stopControl stops the reading goroutine when no communicator is open
@@ -104,7 +110,7 @@ func openControl(fd string) net.Conn {
 
 // serveControl answers the launcher's requests until the channel ends,
 // or until stopControl's deadline.
-func serveControl(conn net.Conn, r *bufio.Reader, done chan struct{}) {
+func serveControl(conn net.Conn, r *bufio.Reader, done, ack chan struct{}) {
 	defer close(done)
 	for {
 		line, err := r.ReadString('\n')
@@ -115,7 +121,15 @@ func serveControl(conn net.Conn, r *bufio.Reader, done chan struct{}) {
 			}
 			return
 		}
-		if strings.TrimSpace(line) != "report" {
+		switch strings.TrimSpace(line) {
+		case "report":
+		case "reported":
+			select {
+			case ack <- struct{}{}:
+			default:
+			}
+			continue
+		default:
 			continue
 		}
 		text, waits := processReport(), processWaits()
@@ -123,6 +137,41 @@ func serveControl(conn net.Conn, r *bufio.Reader, done chan struct{}) {
 			conn.Close()
 			return
 		}
+	}
+}
+
+// controlAckWait bounds how long a rank whose wait timed out waits for
+// courier run to have printed every rank's report (courier run waits up
+// to 2s for the answers).
+const controlAckWait = 3 * time.Second
+
+// reportJob asks courier run, when this process runs under it, to print
+// every rank's pending operations now, and waits until it has (at most
+// controlAckWait): a wait that passed its timeout calls it before it
+// aborts the communicator, which would end the other ranks' operations
+// with this one before they could be listed. It reports whether courier
+// run said it has printed them.
+func reportJob() bool {
+	control.mu.Lock()
+	conn, ack, running := control.conn, control.ack, control.running
+	control.mu.Unlock()
+	if conn == nil || !running {
+		return false
+	}
+	select { // an answer to an earlier request
+	case <-ack:
+	default:
+	}
+	if _, err := conn.Write([]byte("stuck\n")); err != nil {
+		return false
+	}
+	t := time.NewTimer(controlAckWait)
+	defer t.Stop()
+	select {
+	case <-ack:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 

@@ -56,8 +56,10 @@
 // for its period, and the waits go on: this report is the only thing the
 // package ever writes to standard error. Under courier run, --timeout and
 // Ctrl-C have every rank's list printed by courier run before the ranks are
-// stopped (over an inherited control channel, COURIER_CONTROL_FD; no
-// signal handler is installed). Wildcard receives stay posted when a peer is lost:
+// stopped, with the job's wait-for graph; and a wait that passes its
+// timeout there has every rank's list printed before it aborts (over an
+// inherited control channel, COURIER_CONTROL_FD; no signal handler is
+// installed). Wildcard receives stay posted when a peer is lost:
 // another rank, or this one, may still send what they wait for.
 //
 // Errors are *OpError values wrapping the sentinels (ErrTruncate,

@@ -104,6 +104,7 @@ func (c *Comm) deadline() time.Time {
 // that error: every pending request then ends with it.
 func (c *Comm) abortTimedOut() error {
 	err := c.timeoutError()
+	reportJob() // under courier run: every rank's report, before the abort ends theirs
 	c.conn.Abort(err)
 	return err
 }

@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 //	wait-signal  print "ready", then on SIGINT or SIGTERM print it and exit 0
 //	hang         mp.Init, print "ready", then receive from the next rank
 //	             with tag 5, as every rank does: none sends, so all wait
+//	hang-timeout the same with a timeout of 1s
 func helperMain(args []string) int {
 	rank, size := os.Getenv("COURIER_RANK"), os.Getenv("COURIER_SIZE")
 	switch args[0] {
@@ -71,8 +72,12 @@ func helperMain(args []string) int {
 		fmt.Println("ready")
 		fmt.Printf("rank %s got %v\n", rank, <-ch)
 		return 0
-	case "hang":
-		c, err := mp.Init(context.Background(), mp.WithTimeout(0))
+	case "hang", "hang-timeout":
+		bound := time.Duration(0)
+		if args[0] == "hang-timeout" {
+			bound = time.Second
+		}
+		c, err := mp.Init(context.Background(), mp.WithTimeout(bound))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 98
@@ -247,6 +252,17 @@ func TestRunTimeoutReports(t *testing.T) {
 	if i := strings.Index(stderr, "[1] \trecv"); head < 0 || i < head {
 		t.Errorf("rank 1's report is not in the block")
 	}
+}
+
+// A job whose waits pass their timeout: the first rank to time out has
+// every rank's pending operations printed before it aborts.
+func TestRankTimeoutReports(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := courier(t, append([]string{"run", "-np", "2", "--timeout", "30s"}, rankArgs("hang-timeout")...)...)
+	if code != 97 || !strings.Contains(stderr, "passed its timeout):\n") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	hangLines(t, stderr)
 }
 
 func TestRunNotFound(t *testing.T) {

@@ -47,7 +47,8 @@ operations together (each with the line of the program that called it),
 waiting at most 2s for the answers, and the wait-for graph of the job: who
 waits for whom, each cycle in words ("head-to-head blocking sends: use
 Sendrecv, or Isend before the receive"), and each rank waited for that waits
-for nothing. Then it stops or signals the ranks.
+for nothing. Then it stops or signals the ranks. The same report is printed
+when a rank's wait passes its COURIER_TIMEOUT, before that rank aborts.
 It asks over a socket each rank inherits (COURIER_CONTROL_FD), not with a
 signal, so the program's signal handling is untouched.
 

@@ -24,7 +24,10 @@ import (
 // "report N" and N bytes of text, then "waits M" and M bytes of lines
 // "peer<TAB>op<TAB>tag<TAB>description", one per pending operation of its
 // world communicators (peer -1: any rank), of which courier run draws the
-// wait-for graph (waitgraph.go).
+// wait-for graph (waitgraph.go). A rank whose wait passed its
+// COURIER_TIMEOUT says "stuck" before it aborts: courier run then asks
+// every rank (once per job) and says "reported" to it when it has printed
+// the answers.
 const EnvControlFD = "COURIER_CONTROL_FD"
 
 // ControlHello is a rank's first line on its control channel.
@@ -42,6 +45,7 @@ type control struct {
 	conn      net.Conn
 	listening atomic.Bool // the rank said ControlHello
 	reports   chan<- rankReport
+	stuck     chan<- int // a rank whose wait timed out asks for the job's report
 	rank      int
 	done      chan struct{}
 }
@@ -56,7 +60,7 @@ type rankReport struct {
 // newControl makes rank i's control channel: courier run's end, and the
 // file the rank inherits (to be closed once it has started). It returns
 // nils where the system has none (then the rank just has no channel).
-func newControl(i int, reports chan<- rankReport) (*control, *os.File) {
+func newControl(i int, reports chan<- rankReport, stuck chan<- int) (*control, *os.File) {
 	mine, theirs, err := socketPair()
 	if err != nil {
 		return nil, nil
@@ -67,7 +71,7 @@ func newControl(i int, reports chan<- rankReport) (*control, *os.File) {
 		theirs.Close()
 		return nil, nil
 	}
-	return &control{conn: conn, reports: reports, rank: i, done: make(chan struct{})}, theirs
+	return &control{conn: conn, reports: reports, stuck: stuck, rank: i, done: make(chan struct{})}, theirs
 }
 
 // serve reads the rank's side until it closes (the rank ended) or close
@@ -82,6 +86,13 @@ func (c *control) serve() {
 		}
 		if line == ControlHello {
 			c.listening.Store(true)
+			continue
+		}
+		if line == "stuck\n" {
+			select {
+			case c.stuck <- c.rank:
+			default: // the launcher has one such request of this rank already
+			}
 			continue
 		}
 		n, ok := strings.CutPrefix(strings.TrimSpace(line), "report ")

@@ -299,6 +299,8 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 	ranks := make([]*rank, n)
 	exits := make(chan exitEvent, n)
 	reports := make(chan rankReport, n)
+	stuck := make(chan int, n)
+	collected := false // a rank's timeout has had the ranks' reports printed
 	running := 0
 	var startErr error
 	for i := range n {
@@ -306,7 +308,7 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 		if i == 0 {
 			extra = lf
 		}
-		ctl, ctlFile := newControl(i, reports)
+		ctl, ctlFile := newControl(i, reports, stuck)
 		r := j.newRank(i, argv0, path, addr, key, extra, ctlFile)
 		err := r.cmd.Start()
 		if i == 0 {
@@ -429,6 +431,14 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 			stop()
 		case <-graceC:
 			kill()
+		case r := <-stuck:
+			if !collected && !ended {
+				collected = true
+				j.collectReports(ranks, reports, fmt.Sprintf("a wait on rank %d passed its timeout", r))
+			}
+			if c := ranks[r].ctl; c != nil {
+				c.conn.Write([]byte("reported\n"))
+			}
 		}
 	}
 	if grace != nil {
