@@ -36,7 +36,7 @@ func Allgatherv[B Buffer](c *Comm, send, recv B, counts []int) error {
 	if err := sameMemory(co.Send, co.Recv); err != nil {
 		return c.opErr("allgatherv", -1, -1, err)
 	}
-	c.collLock(co.Caller)
+	c.collLock(co.Caller, uint32(co.Kind))
 	defer c.collUnlock()
 	return c.opErr("allgatherv", -1, -1, c.runAllgatherv(co, counts))
 }

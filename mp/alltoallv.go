@@ -33,7 +33,7 @@ func Alltoallv[B Buffer](c *Comm, send B, sendCounts []int, recv B, recvCounts [
 	if c == nil {
 		return c.opErr("alltoallv", -1, -1, invalidf("nil *Comm"))
 	}
-	c.collLock(co.Caller)
+	c.collLock(co.Caller, uint32(co.Kind))
 	defer c.collUnlock()
 	return c.opErr("alltoallv", -1, -1, c.runAlltoallv(co, sendCounts, recvCounts))
 }

@@ -22,7 +22,7 @@ func Barrier(c *Comm) error {
 	if c == nil {
 		return c.opErr("barrier", -1, -1, invalidf("nil *Comm"))
 	}
-	c.collLock(callerPC())
+	c.collLock(callerPC(), uint32(backend.Barrier))
 	defer c.collUnlock()
 	peer, err := c.runBarrier()
 	return c.opErr("barrier", peer, -1, err)

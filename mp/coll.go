@@ -145,7 +145,7 @@ func (c *Comm) collective(co backend.Coll) error {
 	if err := c.checkColl(&co); err != nil {
 		return c.opErr(name, peer, -1, err)
 	}
-	c.collLock(co.Caller)
+	c.collLock(co.Caller, uint32(co.Kind))
 	defer c.collUnlock()
 	return c.opErr(name, peer, -1, c.runColl(co))
 }

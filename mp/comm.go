@@ -62,6 +62,8 @@ type Comm struct {
 	rank, size  int
 	backendName string
 	timeout     time.Duration
+	watchdog    time.Duration // the watchdog's period, zero: off (watchdog.go)
+	waits       waitCounts
 	check       bool
 	job         backend.Job
 	env         func(string) string
@@ -71,8 +73,9 @@ type Comm struct {
 	// their messages share one tag. collPC, written in a collective's
 	// turn, is the program's call of the one running (its messages report
 	// it).
-	order  collOrder
-	collPC uintptr
+	order    collOrder
+	collPC   uintptr
+	collCall atomic.Uint32 // what the program called, for reports (report.go)
 
 	// The communicator's place among those derived from one world
 	// (split.go): its id (0 for the world), its name, the one it was
@@ -95,6 +98,8 @@ type config struct {
 	backend    string
 	timeout    time.Duration
 	timeoutSet bool
+	watchdog   time.Duration
+	dogSet     bool
 	check      *bool
 	job        *bootstrap.Job
 	env        func(string) string
@@ -222,18 +227,21 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return fail(generationHint(gen, err))
 	}
-	return &Comm{
+	c := &Comm{
 		conn:        conn,
 		rank:        job.Rank,
 		size:        job.Size,
 		backendName: name,
 		timeout:     cfg.timeout,
+		watchdog:    watchdogPeriod(cfg.watchdog, cfg.dogSet, cfg.timeout),
 		check:       *cfg.check,
 		job:         bjob,
 		env:         cfg.env,
 		name:        "world",
 		fam:         newFamily(),
-	}, nil
+	}
+	c.track()
+	return c, nil
 }
 
 // generationHint adds to the error of a rendezvous after the process's
@@ -271,6 +279,11 @@ func (c *config) fromEnv() error {
 		}
 		c.timeout = d
 	}
+	d, set, err := watchdogFromEnv(c.env)
+	if err != nil {
+		return err
+	}
+	c.watchdog, c.dogSet = d, set
 	if c.check == nil {
 		on := false
 		switch s := strings.TrimSpace(c.env("COURIER_CHECK")); s {
@@ -409,6 +422,7 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	c.closeOnce.Do(func() {
+		c.untrack()
 		c.closeColl()
 		err := c.conn.Close()
 		c.waitColl()

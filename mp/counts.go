@@ -126,7 +126,7 @@ func (c *Comm) rootedV(co backend.Coll, counts []int) error {
 	if co.Root < 0 || co.Root >= c.size {
 		return c.opErr(name, co.Root, -1, invalidf("root %d is not in [0, %d)", co.Root, c.size))
 	}
-	c.collLock(co.Caller)
+	c.collLock(co.Caller, uint32(co.Kind))
 	defer c.collUnlock()
 	return c.opErr(name, co.Root, -1, c.runRootedV(co, counts))
 }

@@ -50,7 +50,18 @@
 // error (ErrPeerLost, ErrClosed, ErrAborted); COURIER_TIMEOUT (or
 // WithTimeout) bounds every wait, and a wait that passes it aborts the
 // communicator with an error listing this rank's pending operations and
-// where each was called. The error of a lost peer names the rank that was
+// where each was called. Without a timeout, a watchdog (COURIER_WATCHDOG,
+// DefaultWatchdog by default; 0 or off disables it) writes that list once
+// to standard error when the communicator's waits have made no progress
+// for its period, and the waits go on: this report is the only thing the
+// package ever writes to standard error. Under courier run, --timeout and
+// Ctrl-C have every rank's list printed by courier run before the ranks are
+// stopped, with the job's wait-for graph; and a wait that passes its
+// timeout there has every rank's list printed before it aborts (over an
+// inherited control channel, COURIER_CONTROL_FD; no signal handler is
+// installed).
+//
+// The error of a lost peer names the rank that was
 // lost (*OpError's LostRank): the rank that died, also where the peer of the
 // operation only left after it lost that rank (a survivor that closed in
 // the cascade says so as it leaves).

@@ -165,12 +165,13 @@ func (o *collOrder) await(t uint64) {
 // collLock waits for the turn of a blocking collective started now (behind
 // every collective started before it, blocking or not); pc is the
 // program's call, which its messages report.
-func (c *Comm) collLock(pc uintptr) {
+func (c *Comm) collLock(pc uintptr, call uint32) {
 	o := &c.order
 	o.mu.Lock()
 	o.await(o.take())
 	o.mu.Unlock()
 	c.collPC = pc
+	c.collCall.Store(call)
 }
 
 // collUnlock ends the turn of the collective holding it.
@@ -276,6 +277,7 @@ func (c *Comm) collWorker() {
 			err = fmt.Errorf("%w: the communicator was closed before the collective ran", ErrClosed)
 		} else {
 			c.collPC = j.co.Caller
+			c.collCall.Store(uint32(j.co.Kind) | collNonblocking)
 			err = c.runJob(j.co)
 		}
 		j.err = err

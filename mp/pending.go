@@ -12,16 +12,19 @@ import "strings"
 // It returns "" when nothing is pending, and for a nil Comm. It is safe to
 // call from any goroutine while others wait, which is what it is for: a
 // test harness or a watchdog that finds a rank stuck asks it what the rank
-// waits for. (A collective that courier runs over point-to-point messages
-// shows as the messages it waits for, with the library's negative tags.)
+// waits for. A collective shows as the program called it, with the rank
+// it waits for:
+//
+//	Allreduce (called at /src/step.go:17 in main.step) waiting for rank 3: a receive from it
+//
+// and the messages that have arrived but match no receive yet follow the
+// operations, so that a receive waiting for another tag or sender is seen
+// beside the message that did come:
+//
+//	arrived from rank 1, tag 8, 4 × float32: no receive matches it yet
 func (c *Comm) PendingReport() string {
 	if c == nil {
 		return ""
 	}
-	pending := c.conn.Pending()
-	lines := make([]string, len(pending))
-	for i, p := range pending {
-		lines[i] = describeOp(c.rank, p)
-	}
-	return strings.Join(lines, "\n")
+	return strings.Join(c.reportLines(c.conn.Pending()), "\n")
 }

@@ -37,6 +37,8 @@ func Iprobe(c *Comm, source, tag int) (found bool, st Status, err error) {
 // waiting.
 func Probe(c *Comm, source, tag int) (Status, error) {
 	deadline := c.deadline()
+	c.beginWait()
+	defer c.endWait()
 	for delay := time.Microsecond; ; delay = min(2*delay, time.Millisecond) {
 		found, st, err := Iprobe(c, source, tag)
 		if err != nil || found {

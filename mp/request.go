@@ -204,7 +204,7 @@ func WaitAny(reqs ...*Request) (int, Status, error) {
 			runtime.Gosched()
 			continue
 		}
-		if i, ok := waitAnyBlocking(reqs, timeout); !ok {
+		if i, ok := waitAnyCounted(reqs, timeout); !ok {
 			// Timed out: abort the communicator of the first active request
 			// with the report; the request then ends with ErrTimeout.
 			if c := reqs[i].c; c != nil {
@@ -214,6 +214,19 @@ func WaitAny(reqs ...*Request) (int, Status, error) {
 			return i, st, err
 		}
 	}
+}
+
+// waitAnyCounted is waitAnyBlocking, counted as a wait of the first
+// active request's communicator (for the watchdog).
+func waitAnyCounted(reqs []*Request, timeout time.Duration) (int, bool) {
+	for _, q := range reqs {
+		if q.active() && q.c != nil {
+			q.c.beginWait()
+			defer q.c.endWait()
+			break
+		}
+	}
+	return waitAnyBlocking(reqs, timeout)
 }
 
 // waitAnyBlocking blocks until one active request's Done channel closes;

@@ -172,7 +172,7 @@ func (c *Comm) derive(op string, color, key int, pc uintptr) (*Comm, error) {
 		if free {
 			mine[2] = 1
 		}
-		if err := c.allgatherLocked(mine, all, pc); err != nil {
+		if err := c.allgatherLocked(mine, all, pc, derivedCall(op)); err != nil {
 			if free {
 				c.fam.release(id)
 			}
@@ -220,6 +220,7 @@ func (c *Comm) derive(op string, color, key int, pc uintptr) (*Comm, error) {
 		size:        len(members),
 		backendName: c.backendName,
 		timeout:     c.timeout,
+		watchdog:    c.watchdog,
 		check:       c.check,
 		job:         c.job,
 		env:         c.env,
@@ -229,17 +230,18 @@ func (c *Comm) derive(op string, color, key int, pc uintptr) (*Comm, error) {
 		fam:         c.fam,
 	}
 	c.fam.opened(d)
+	d.track()
 	return d, nil
 }
 
 // allgatherLocked all-gathers mine (one block per rank) into all over c,
 // as a collective in its turn.
-func (c *Comm) allgatherLocked(mine, all []int64, pc uintptr) error {
+func (c *Comm) allgatherLocked(mine, all []int64, pc uintptr, call uint32) error {
 	co := backend.Coll{Kind: backend.Allgather, Send: describe(mine), Recv: describe(all), Caller: pc}
 	if err := c.checkColl(&co); err != nil {
 		return err
 	}
-	c.collLock(pc)
+	c.collLock(pc, call)
 	defer c.collUnlock()
 	return c.runColl(co)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +68,8 @@ func initContext(ctx context.Context, timeout time.Duration) (context.Context, c
 // timeout. When the bound passes, the communicator is aborted with a report
 // of what was pending, and the request ends with that error.
 func (c *Comm) wait(r backend.Request) (Status, error) {
+	c.beginWait()
+	defer c.endWait()
 	st, err := r.Wait(c.timeout)
 	if err != nil && c.timeout > 0 && errors.Is(err, ErrTimeout) {
 		if done, _, _ := r.Test(); !done {
@@ -103,6 +104,7 @@ func (c *Comm) deadline() time.Time {
 // that error: every pending request then ends with it.
 func (c *Comm) abortTimedOut() error {
 	err := c.timeoutError()
+	reportJob() // under courier run: every rank's report, before the abort ends theirs
 	c.conn.Abort(err)
 	return err
 }
@@ -118,36 +120,9 @@ func (c *Comm) timeoutError() error {
 	}
 	fmt.Fprintf(&b, "a wait on rank %d%s passed the timeout of %v; %d operation(s) pending on rank %d of %s:",
 		c.rank, where, c.timeout, len(pending), c.rank, c.name)
-	for _, p := range pending {
+	for _, line := range c.reportLines(pending) {
 		b.WriteString("\n\t")
-		b.WriteString(describeOp(c.rank, p))
+		b.WriteString(line)
 	}
 	return fmt.Errorf("%w: %s", ErrTimeout, b.String())
-}
-
-func describeOp(rank int, p backend.OpInfo) string {
-	peer := fmt.Sprint(p.Peer)
-	if p.Peer == AnySource {
-		peer = "any"
-	}
-	tag := fmt.Sprint(p.Tag)
-	if p.Tag == AnyTag {
-		tag = "any"
-	}
-	var s string
-	switch p.Op {
-	case "send":
-		s = fmt.Sprintf("send to rank %s, tag %s, %d × %v", peer, tag, p.Count, p.Type)
-	case "recv":
-		s = fmt.Sprintf("recv from rank %s, tag %s, %d × %v", peer, tag, p.Count, p.Type)
-	default: // a collective the transport runs
-		s = fmt.Sprintf("%s of %d × %v, waiting for rank %s", p.Op, p.Count, p.Type, peer)
-	}
-	if p.Caller != 0 {
-		if f := runtime.FuncForPC(p.Caller - 1); f != nil {
-			file, line := f.FileLine(p.Caller - 1)
-			s += fmt.Sprintf(" (called at %s:%d in %s)", file, line, f.Name())
-		}
-	}
-	return s
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/courier-mp/courier/mp"
 )
 
 // Sentinel first arguments that make the test binary act as something else:
@@ -45,6 +48,9 @@ func TestMain(m *testing.M) {
 //	exit R CODE  rank R exits CODE at once; the others sleep for an hour
 //	sleep        sleep for an hour
 //	wait-signal  print "ready", then on SIGINT or SIGTERM print it and exit 0
+//	hang         mp.Init, print "ready", then receive from the next rank
+//	             with tag 5, as every rank does: none sends, so all wait
+//	hang-timeout the same with a timeout of 1s
 func helperMain(args []string) int {
 	rank, size := os.Getenv("COURIER_RANK"), os.Getenv("COURIER_SIZE")
 	switch args[0] {
@@ -66,6 +72,21 @@ func helperMain(args []string) int {
 		fmt.Println("ready")
 		fmt.Printf("rank %s got %v\n", rank, <-ch)
 		return 0
+	case "hang", "hang-timeout":
+		bound := time.Duration(0)
+		if args[0] == "hang-timeout" {
+			bound = time.Second
+		}
+		c, err := mp.Init(context.Background(), mp.WithTimeout(bound))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 98
+		}
+		defer c.Close()
+		fmt.Println("ready")
+		_, err = mp.Recv(c, make([]float64, 3), (c.Rank()+1)%c.Size(), 5)
+		fmt.Fprintln(os.Stderr, "recv ended:", err)
+		return 97
 	}
 	return 99
 }
@@ -193,6 +214,57 @@ func TestRunTimeout(t *testing.T) {
 	}
 }
 
+// hangLines are what the report of helperMain's hang says of each of two
+// ranks.
+func hangLines(t *testing.T, stderr string) {
+	t.Helper()
+	for r := range 2 {
+		want := fmt.Sprintf("[%d] \trecv from rank %d, tag 5, 3 × float64 (called at ", r, 1-r)
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	if !strings.Contains(stderr, "main_test.go:") {
+		t.Errorf("stderr names no line of the program")
+	}
+	for _, want := range []string{
+		"courier run: wait-for graph: 0→1, 1→0\n",
+		"courier run: rank 0 (recv from rank 1, tag 5, 3 × float64 at main_test.go:",
+		") waits for rank 1, which (recv from rank 0, tag 5, 3 × float64 at main_test.go:",
+		") waits for rank 0: each receives before it sends: one must send first, or use Sendrecv\n",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+}
+
+// A job that hangs: --timeout gets every rank's pending operations
+// printed, together, before the ranks are stopped.
+func TestRunTimeoutReports(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := courier(t, append([]string{"run", "-np", "2", "--timeout", "2s"}, rankArgs("hang")...)...)
+	if code != 124 || !strings.Contains(stderr, "courier run: what the ranks were waiting for (timed out after 2s):\n") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	hangLines(t, stderr)
+	head := strings.Index(stderr, "what the ranks were waiting for")
+	if i := strings.Index(stderr, "[1] \trecv"); head < 0 || i < head {
+		t.Errorf("rank 1's report is not in the block")
+	}
+}
+
+// A job whose waits pass their timeout: the first rank to time out has
+// every rank's pending operations printed before it aborts.
+func TestRankTimeoutReports(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := courier(t, append([]string{"run", "-np", "2", "--timeout", "30s"}, rankArgs("hang-timeout")...)...)
+	if code != 97 || !strings.Contains(stderr, "passed its timeout):\n") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	hangLines(t, stderr)
+}
+
 func TestRunNotFound(t *testing.T) {
 	t.Parallel()
 	code, _, stderr := courier(t, "run", "-np", "2", "courier-test-no-such-program")
@@ -281,6 +353,40 @@ func TestSignalForwarded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSignalReports: Ctrl-C on a job that hangs prints every rank's
+// pending operations before the signal reaches them.
+func TestSignalReports(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], append([]string{asCourier, "run", "-np", "2"}, rankArgs("hang")...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	sc := bufio.NewScanner(out)
+	for ready := 0; ready < 2 && sc.Scan(); {
+		if strings.HasSuffix(sc.Text(), "] ready") {
+			ready++
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // into the receive
+	cmd.Process.Signal(os.Interrupt)
+	for sc.Scan() {
+	}
+	err = cmd.Wait()
+	t.Logf("stderr %q, err %v", stderr.String(), err)
+	if !strings.Contains(stderr.String(), "courier run: what the ranks were waiting for (interrupted by signal: interrupt):\n") {
+		t.Errorf("no report block")
+	}
+	hangLines(t, stderr.String())
 }
 
 // TestBench runs courier bench for real: alone, it starts itself as two

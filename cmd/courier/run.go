@@ -43,6 +43,17 @@ they lost it are reaped before it), and exits with its status. A first SIGINT or
 courier is forwarded to every rank, and courier waits; a second one kills
 them.
 
+On --timeout, and on the first SIGINT or SIGTERM, courier first asks every
+rank that uses courier what it is waiting for, and prints their pending
+operations together (each with the line of the program that called it),
+waiting at most 2s for the answers, and the wait-for graph of the job: who
+waits for whom, each cycle in words ("head-to-head blocking sends: use
+Sendrecv, or Isend before the receive"), and each rank waited for that waits
+for nothing. Then it stops or signals the ranks. The same report is printed
+when a rank's wait passes its COURIER_TIMEOUT, before that rank aborts.
+It asks over a socket each rank inherits (COURIER_CONTROL_FD), not with a
+signal, so the program's signal handling is untouched.
+
 Flags:
 
 	-np N, -n N   number of ranks to start (required, at least 1)

@@ -53,7 +53,7 @@ func NewJobKey() string {
 // ranks conflicting answers.
 func IsLauncherVar(key string) bool {
 	switch key {
-	case EnvRank, EnvSize, EnvLocalRank, EnvLocalSize, EnvAddr, EnvJobKey, EnvRendezvousFD,
+	case EnvRank, EnvSize, EnvLocalRank, EnvLocalSize, EnvAddr, EnvJobKey, EnvRendezvousFD, EnvControlFD,
 		"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID",
 		"MPI_LOCALRANKID", "MPI_LOCALNRANKS":
 		return true

@@ -4,7 +4,9 @@
 // (see ChildEnv), hands rank 0 an already-listening rendezvous socket as
 // file descriptor 3, prefixes each line the ranks print with "[rank] ",
 // forwards the signals it is given, and stops the whole job when one rank
-// fails, times out, or is canceled.
+// fails, times out, or is canceled. On the timeout and on the first
+// signal it first asks the ranks for their pending operations over their
+// control channels (EnvControlFD, control.go) and prints them together.
 //
 // The rank named as failed is the one that failed first: on Linux, the
 // first to die in the kernel's order of deaths (pidfds), though the ranks
@@ -76,14 +78,16 @@ type Config struct {
 	NoPrefix bool
 	// Timeout, when positive, bounds how long the ranks may run (counted
 	// from the start of rank 0, so not counting a build). When it expires
-	// the job is stopped like after a failure and Run reports TimedOut.
+	// the ranks' pending operations are printed (collectReports) and the
+	// job is stopped like after a failure; Run reports TimedOut.
 	Timeout time.Duration
 	// Grace is how long ranks being stopped get between SIGTERM and SIGKILL;
 	// zero or less means DefaultGrace.
 	Grace time.Duration
 	// Signals carries signals for the job, typically from signal.Notify for
-	// os.Interrupt and SIGTERM. The first one is forwarded to every running
-	// rank, and Run then waits for them; any later one (or one arriving while
+	// os.Interrupt and SIGTERM. The first one has the ranks' pending
+	// operations printed, is then forwarded to every running rank, and Run
+	// waits for them; any later one (or one arriving while
 	// the job is already being stopped) kills every rank with SIGKILL. A
 	// signal during the build interrupts it. Nil: no signals.
 	Signals <-chan os.Signal
@@ -262,6 +266,7 @@ type rank struct {
 	cmd            *exec.Cmd
 	stdout, stderr *lineWriter // nil when not prefixing
 	running        bool
+	ctl            *control // nil when the system has no control channels
 }
 
 // flush writes the ends of unterminated last lines; call it after Wait.
@@ -298,6 +303,9 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 	n := j.cfg.NP
 	ranks := make([]*rank, n)
 	exits := make(chan exitEvent, n)
+	reports := make(chan rankReport, n)
+	stuck := make(chan int, n)
+	collected := false // a rank's timeout has had the ranks' reports printed
 	running := 0
 	dw := newDeaths()
 	defer dw.close()
@@ -307,10 +315,23 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 		if i == 0 {
 			extra = lf
 		}
-		r := j.newRank(i, argv0, path, addr, key, extra)
+		ctl, ctlFile := newControl(i, reports, stuck)
+		r := j.newRank(i, argv0, path, addr, key, extra, ctlFile)
 		err := r.cmd.Start()
 		if i == 0 {
 			lf.Close() // rank 0 holds the socket now; other ranks must not inherit it
+		}
+		if ctlFile != nil {
+			ctlFile.Close() // the rank's end is the rank's
+		}
+		if ctl != nil {
+			if err != nil {
+				ctl.conn.Close()
+			} else {
+				r.ctl = ctl
+				go ctl.serve()
+				defer ctl.close()
+			}
 		}
 		if err != nil {
 			startErr = err
@@ -461,12 +482,14 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 			}
 			ended = true
 			res.Outcome, res.Signal = Interrupted, sig
+			j.collectReports(ranks, reports, fmt.Sprintf("interrupted by signal: %v", sig))
 			signalAll(sig)
 		case <-timeoutC:
 			timeoutC = nil
 			if !ended {
 				ended = true
 				res.Outcome, res.ExitCode = TimedOut, 124
+				j.collectReports(ranks, reports, fmt.Sprintf("timed out after %v", j.cfg.Timeout))
 			}
 			stop()
 		case <-done:
@@ -478,6 +501,14 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 			stop()
 		case <-graceC:
 			kill()
+		case r := <-stuck:
+			if !collected && !ended {
+				collected = true
+				j.collectReports(ranks, reports, fmt.Sprintf("a wait on rank %d passed its timeout", r))
+			}
+			if c := ranks[r].ctl; c != nil {
+				c.conn.Write([]byte("reported\n"))
+			}
 		}
 	}
 	expired = true
@@ -491,7 +522,7 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 }
 
 // newRank prepares (but does not start) rank i.
-func (j *job) newRank(i int, argv0, path, addr, key string, rendezvous *os.File) *rank {
+func (j *job) newRank(i int, argv0, path, addr, key string, rendezvous, ctl *os.File) *rank {
 	cmd := &exec.Cmd{
 		Path:        path,
 		Args:        append([]string{argv0}, j.cfg.Args...),
@@ -503,6 +534,10 @@ func (j *job) newRank(i int, argv0, path, addr, key string, rendezvous *os.File)
 	}
 	if rendezvous != nil {
 		cmd.ExtraFiles = []*os.File{rendezvous} // fd 3 == RendezvousFD
+	}
+	if ctl != nil {
+		cmd.Env = append(cmd.Env, EnvControlFD+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, ctl)
 	}
 	r := &rank{cmd: cmd}
 	if j.cfg.NoPrefix {

@@ -1,0 +1,4 @@
+package mp
+
+// SetReportOutput is setReportOutput, for the external tests.
+var SetReportOutput = setReportOutput
