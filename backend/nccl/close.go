@@ -43,6 +43,7 @@ func (c *conn) Close() error {
 		if err := c.eng.close(); err != nil {
 			errs = append(errs, err)
 		}
+		c.fam.leave(c)
 		c.closeErr = errors.Join(errs...)
 		if c.trace != nil {
 			c.trace.report(c.rank)
