@@ -166,8 +166,12 @@ func (c *conn) peerLost(p int, err error) {
 // they abort their side of the channels), and every channel is aborted
 // (ncclCommAbort, all at once, each bounded by abortBound). When
 // Abort returns, the GPU no longer uses the buffers of pending operations
-// (unless an abort did not return in time; their requests say so).
+// (unless an abort did not return in time; their requests say so). Abort
+// of the communicator Open made aborts those derived from it first.
 func (c *conn) Abort(err error) {
+	for _, d := range c.fam.derived(c) {
+		d.Abort(err)
+	}
 	c.mu.Lock()
 	if c.fatal == nil {
 		c.fatal = err

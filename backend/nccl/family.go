@@ -16,8 +16,12 @@ import (
 // message only after the second: the first communicator's queue must not
 // wait for a wait of its own. So every wait, test and Done flushes the
 // queues of the whole family (poke), not only its own communicator's.
+//
+// The first to join is the root, the communicator Open made: its Close and
+// Abort end the derived ones too (derived).
 type family struct {
 	mu    sync.Mutex
+	root  *conn
 	conns atomic.Pointer[[]*conn] // copied on change; read without mu
 }
 
@@ -25,6 +29,9 @@ type family struct {
 func (f *family) join(c *conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.root == nil {
+		f.root = c
+	}
 	var l []*conn
 	if p := f.conns.Load(); p != nil {
 		l = slices.Clone(*p)
@@ -66,4 +73,16 @@ func (f *family) flushOthers(c *conn) {
 			o.kick()
 		}
 	}
+}
+
+// derived lists the open communicators derived from the root, when c is
+// the root (none otherwise).
+func (f *family) derived(c *conn) []*conn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.conns.Load()
+	if f.root != c || p == nil {
+		return nil
+	}
+	return slices.DeleteFunc(slices.Clone(*p), func(o *conn) bool { return o == c })
 }
