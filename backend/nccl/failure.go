@@ -167,11 +167,8 @@ func (c *conn) peerLost(p int, err error) {
 // (ncclCommAbort, all at once, each bounded by abortBound). When
 // Abort returns, the GPU no longer uses the buffers of pending operations
 // (unless an abort did not return in time; their requests say so). Abort
-// of the communicator Open made aborts those derived from it first.
+// of the communicator Open made aborts those derived from it too.
 func (c *conn) Abort(err error) {
-	for _, d := range c.fam.derived(c) {
-		d.Abort(err)
-	}
 	c.mu.Lock()
 	if c.fatal == nil {
 		c.fatal = err
@@ -180,6 +177,11 @@ func (c *conn) Abort(err error) {
 	c.mu.Unlock()
 	if c.ctl != nil {
 		c.ctl.abort(err)
+	}
+	// After the host connection's abort: the other ranks learn that this
+	// rank left the world before anything of the derived ones.
+	for _, d := range c.fam.derived(c) {
+		d.Abort(err)
 	}
 	c.mu.Lock()
 	c.failAllLocked(err)
