@@ -40,8 +40,8 @@ const Undefined = -1
 // the timeout aborts only it.
 //
 // Every backend derives communicators. On nccl a derived communicator
-// has NCCL communicators of its own, made in Split and Dup by its members
-// (the others take no part), which takes milliseconds per pair of members.
+// has NCCL communicators of its own, made from scratch in Split and Dup by
+// its members (the others take no part): derive once, not per step.
 
 // Split partitions the ranks of c by color: the ranks that pass the same
 // color form one new communicator, ranked by key (ties by their rank in

@@ -40,7 +40,7 @@ import (
 //   - It needs NCCL 2.18; ncclCommInitRank is in every NCCL courier loads.
 //
 // What it costs: the NCCL communicators are set up from scratch (NCCL's
-// bootstrap, a few milliseconds each on one host) and each has its own
+// bootstrap for each; not yet measured on GPUs) and each has its own
 // streams and staging memory. Channels made lazily, on first use, would
 // save those of pairs that never talk, but would put NCCL's blocking
 // creation, which waits for the peer, on the path of a send that must not
@@ -130,18 +130,20 @@ func (c *conn) checkMembers(members []int) error {
 // Open's phases, with this Open's GPU, library and modes, the host
 // connection it is given, and hellos exchanged over it.
 func (o *opening) deriver() deriveFunc {
-	parent := *o
+	// What the derived ones take from this Open (not its engine).
+	base, parentLo, world := *o, o.lo, o.world
+	base.eng, base.ctl, base.hellos, base.lo, base.fam = nil, nil, nil, nil, nil
 	return func(ctx context.Context, spec splitSpec) (*conn, error) {
-		cfg := parent.cfg
+		cfg := base.cfg
 		cfg.Job.Rank, cfg.Job.Size = spec.rank, spec.size
 		cfg.Exchange = ctlExchange{ctl: spec.ctl, rank: spec.rank, size: spec.size}
 		d := &opening{
 			cfg: cfg, rank: spec.rank, size: spec.size,
 			trace:    newOpenTrace(cfg.Getenv, spec.rank),
-			blocking: parent.blocking, events: parent.events, share: parent.share,
+			blocking: base.blocking, events: base.events, share: base.share,
 			ctl: spec.ctl, fam: spec.fam,
 		}
-		lo, err := parent.lo.fresh(spec.rank, spec.size, parent.world)
+		lo, err := parentLo.fresh(spec.rank, spec.size, world)
 		if err != nil {
 			spec.ctl.end(err)
 			return nil, err
