@@ -237,13 +237,17 @@ type Canceler interface {
 //
 // Split returns this rank's endpoint of the communicator id over the ranks
 // members of this Conn, listed in the new communicator's rank order (rank
-// k of the new one is rank members[k] here; this rank is among them). It
-// does not communicate and does not block: package mp has agreed on id and
-// members with the other ranks first (an all-gather over this Conn), and
-// every member calls Split with the same arguments, possibly at different
-// times (a message for the new communicator may arrive before this rank
-// has made it; the transport keeps it for it). id is never 0 and is not
-// reused within the process.
+// k of the new one is rank members[k] here; this rank is among them).
+// Package mp has agreed on id and members with the other ranks first (an
+// all-gather over this Conn), and every member calls Split with the same
+// arguments, right after that all-gather; ranks that are not members do
+// not call it. The host transports neither communicate nor block in Split
+// (members may call it at different times: a message for the new
+// communicator that arrives before this rank has made it is kept for it);
+// a transport may instead set the new communicator up with the other
+// members (nccl creates its NCCL communicators there), and then blocks
+// until every member has called Split, within a bound of its own. id is
+// never 0 and is not reused within the process.
 //
 // The new Conn's ranks are its own: Isend, Irecv, Status, OpInfo and
 // errors speak of ranks in it. Its messages never match, block or reorder

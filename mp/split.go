@@ -39,8 +39,9 @@ const Undefined = -1
 // other members see this rank as lost there); a wait on it that passes
 // the timeout aborts only it.
 //
-// The host backends (host, tcp) derive communicators; on nccl, Split and
-// Dup fail with an error matching ErrNotSupported.
+// Every backend derives communicators. On nccl a derived communicator
+// has NCCL communicators of its own, made from scratch in Split and Dup by
+// its members (the others take no part): derive once, not per step.
 
 // Split partitions the ranks of c by color: the ranks that pass the same
 // color form one new communicator, ranked by key (ties by their rank in

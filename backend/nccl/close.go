@@ -12,9 +12,17 @@ import (
 // theirs; then every channel is aborted (ncclCommAbort, all at once: see
 // engine.close for why not ncclCommFinalize), which also stops whatever
 // was still on the GPU, so no buffer is used after Close returns. The
-// communicator's goroutines have ended when Close returns.
+// communicator's goroutines have ended when Close returns. Close of the
+// communicator Open made closes those derived from it first (their later
+// Close returns at once).
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
+		var errs []error
+		for _, d := range c.fam.derived(c) {
+			if err := d.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		c.mu.Lock()
 		c.closing = true
 		if c.fatal == nil {
@@ -28,7 +36,6 @@ func (c *conn) Close() error {
 		}
 		c.failAllLocked(c.fatal)
 		c.mu.Unlock()
-		var errs []error
 		if c.ctl != nil {
 			if err := c.ctl.close(); err != nil {
 				errs = append(errs, err)
@@ -43,6 +50,7 @@ func (c *conn) Close() error {
 		if err := c.eng.close(); err != nil {
 			errs = append(errs, err)
 		}
+		c.fam.leave(c)
 		c.closeErr = errors.Join(errs...)
 		if c.trace != nil {
 			c.trace.report(c.rank)

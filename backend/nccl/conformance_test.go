@@ -60,6 +60,9 @@ func TestConformanceFake(t *testing.T) {
 			if why, ok := needsChecks[cs.Name]; ok {
 				t.Skipf("needs checks (COURIER_CHECK=1) on nccl: %s", why)
 			}
+			if cs.MinRanks > 2 {
+				t.Skipf("needs %d ranks (TestConformanceFakeChecked runs it)", cs.MinRanks)
+			}
 			run(t, 2, cs.Run)
 		})
 	}

@@ -65,6 +65,10 @@ type conn struct {
 	// world: the engine has a communicator of every rank, on channel
 	// worldChan(size), which runs the collectives (Collective).
 	world bool
+	// derive makes the communicators derived from this one (split.go);
+	// fam lists them, and this one (family.go).
+	derive deriveFunc
+	fam    *family
 
 	mu        sync.Mutex
 	queue     []*request // posted, not yet issued, in posting order
@@ -132,6 +136,8 @@ type connOptions struct {
 	ctl        *control
 	trace      *traceStats
 	world      bool
+	derive     deriveFunc // makes derived communicators (Split); nil: none
+	fam        *family    // the family of the parent (nil: a new one)
 }
 
 // newConn makes a communicator around an engine (and, with more than one
@@ -145,6 +151,8 @@ func newConn(o connOptions) *conn {
 		eng:        o.eng,
 		ctl:        o.ctl,
 		world:      o.world,
+		derive:     o.derive,
+		fam:        o.fam,
 		chans:      make([]channel, 2*o.size+1),
 		peers:      make([]peer, o.size),
 		pick:       make([]*group, 2*o.size+1),
@@ -154,6 +162,10 @@ func newConn(o connOptions) *conn {
 		trace:      o.trace,
 		stageCap:   stageCap,
 	}
+	if c.fam == nil {
+		c.fam = &family{}
+	}
+	c.fam.join(c)
 	c.wg.Add(1)
 	go c.run()
 	if c.ctl != nil {

@@ -58,6 +58,27 @@
 //     connection: operations with it end with ErrPeerLost (what it sent
 //     before leaving can still be received).
 //   - WaitOn makes a CUDA stream wait for a request on the GPU.
+//
+// # Derived communicators
+//
+// Split (mp's Split and Dup) makes a communicator of this package in its
+// own right over the members, by Open's phases: a host connection (the
+// Split of this one's), and NCCL communicators created with
+// ncclCommInitRank from unique IDs the members exchange over it: a channel
+// for each direction between two members and, when this one has it, a
+// communicator of all the members for the collectives. Nothing is shared
+// with the parent's ordered channels, so traffic on one never blocks or
+// reorders another's. Not ncclCommSplit: on the communicator of every
+// rank it is collective over every rank of the parent, members or not
+// (package mp calls Split on members only), on a channel it must not run
+// beside the parent's own NCCL calls, and it needs NCCL 2.18. Channels
+// made lazily on first use would put NCCL's creation, which waits for the
+// peer, on the path of a send that must not wait. Split blocks until
+// every member has called it (splitBound); each derived communicator has
+// its own streams and staging memory. Every wait, test or Done issues
+// what is queued on every communicator of the family (the world and
+// those derived from it), so that a send queued on one never waits for a
+// wait on that one. Close or Abort of the world ends the derived ones.
 package nccl
 
 // The files, one concern each. A message's way: Isend or Irecv (post.go)
@@ -79,6 +100,8 @@ package nccl
 //	match.go             matching in checked mode: receives and announced messages by tag, early messages, Iprobe, verdicts
 //	self.go              messages a rank sends itself, matched and copied in memory
 //	cancel.go            Cancel: a receive taken back before it matched or was issued
+//	split.go             Split: derived communicators, made by Open's phases over the members, and their hellos
+//	family.go            the world and its derived communicators: flushed together, ended with the world
 //	coll.go              Collective: NCCL's collectives on the communicator of every rank
 //	waiton.go            the caller's CUDA streams: WaitOn, IsendOn and IrecvOn
 //	failure.go           failure: a channel failed and aborted, a rank lost, Abort
@@ -125,4 +148,5 @@ package nccl
 // and fakegpu_ext_test.go run the real engine and C layer over a fake CUDA
 // driver and NCCL (testdata/fakegpu.c); gpu_test.go needs GPUs;
 // overhead_test.go, overhead_ext_test.go and share_test.go measure and check
-// the communicator's own costs and the shared stream's rule.
+// the communicator's own costs and the shared stream's rule; split_test.go
+// checks derived communicators on the fake engine.

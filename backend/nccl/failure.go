@@ -166,7 +166,8 @@ func (c *conn) peerLost(p int, err error) {
 // they abort their side of the channels), and every channel is aborted
 // (ncclCommAbort, all at once, each bounded by abortBound). When
 // Abort returns, the GPU no longer uses the buffers of pending operations
-// (unless an abort did not return in time; their requests say so).
+// (unless an abort did not return in time; their requests say so). Abort
+// of the communicator Open made aborts those derived from it too.
 func (c *conn) Abort(err error) {
 	c.mu.Lock()
 	if c.fatal == nil {
@@ -176,6 +177,11 @@ func (c *conn) Abort(err error) {
 	c.mu.Unlock()
 	if c.ctl != nil {
 		c.ctl.abort(err)
+	}
+	// After the host connection's abort: the other ranks learn that this
+	// rank left the world before anything of the derived ones.
+	for _, d := range c.fam.derived(c) {
+		d.Abort(err)
 	}
 	c.mu.Lock()
 	c.failAllLocked(err)

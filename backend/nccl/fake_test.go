@@ -42,7 +42,6 @@ type fakeDriver struct{}
 
 func (fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
 	job := cfg.Job
-	f := fabricFor(job.Key)
 	var ctl *control
 	if job.Size > 1 {
 		var err error
@@ -50,11 +49,23 @@ func (fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, e
 			return nil, err
 		}
 	}
+	return openFake(ctx, job.Key, job.Rank, job.Size, cfg.Check, ctl, nil)
+}
+
+// openFake makes a communicator on the fake engine of rank in the fabric
+// of key, around the host connection ctl, and connects its channels. Its
+// derived communicators (Split) are made the same way, each on a fabric of
+// its own.
+func openFake(ctx context.Context, key string, rank, size int, check bool, ctl *control, fam *family) (*conn, error) {
+	f := fabricFor(key)
+	derive := func(ctx context.Context, s splitSpec) (*conn, error) {
+		return openFake(ctx, fmt.Sprintf("%s/%d", key, s.id), s.rank, s.size, check, s.ctl, s.fam)
+	}
 	c := newConn(connOptions{
-		rank: job.Rank, size: job.Size, check: cfg.Check,
-		eng: f.engine(job.Rank), ctl: ctl,
+		rank: rank, size: size, check: check,
+		eng: f.engine(rank), ctl: ctl, derive: derive, fam: fam,
 	})
-	warm := make([]byte, 2*job.Size)
+	warm := make([]byte, 2*size)
 	err := c.connectAll(ctx, func(p int) (send, recv op) {
 		send = op{peer: p, typ: backend.Uint8, count: 1, buf: hostBuf(warm[:1])}
 		recv = op{peer: p, recv: true, typ: backend.Uint8, count: 1, buf: hostBuf(warm[1+p : 2+p])}

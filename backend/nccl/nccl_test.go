@@ -247,7 +247,11 @@ var fakeJobs atomic.Int64
 // engines on one fabric, and tcp host connections over net.Pipe.
 func fakeJob(t testing.TB, n int, check bool) ([]*conn, *fabric) {
 	t.Helper()
-	f := fabricFor(fmt.Sprintf("%s/%d", t.Name(), fakeJobs.Add(1)))
+	key := fmt.Sprintf("%s/%d", t.Name(), fakeJobs.Add(1))
+	f := fabricFor(key)
+	derive := func(ctx context.Context, s splitSpec) (*conn, error) {
+		return openFake(ctx, fmt.Sprintf("%s/%d", key, s.id), s.rank, s.size, check, s.ctl, s.fam)
+	}
 	pipes := make([][]net.Conn, n)
 	for i := range pipes {
 		pipes[i] = make([]net.Conn, n)
@@ -270,7 +274,7 @@ func fakeJob(t testing.TB, n int, check bool) ([]*conn, *fabric) {
 			}
 			ctl = &control{tc: tc}
 		}
-		cs[r] = newConn(connOptions{rank: r, size: n, check: check, eng: f.engine(r), ctl: ctl})
+		cs[r] = newConn(connOptions{rank: r, size: n, check: check, eng: f.engine(r), ctl: ctl, derive: derive})
 		wg.Go(func() {
 			warm := make([]byte, 2*n)
 			err := cs[r].connectAll(ctx, func(p int) (send, recv op) {

@@ -30,7 +30,14 @@ func (Driver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error
 	if err != nil {
 		return nil, err
 	}
+	return o.open(ctx)
+}
+
+// open runs the phases (Open's, and a derived communicator's: then o.lo
+// and o.ctl are given, and cfg.Exchange runs over o.ctl).
+func (o *opening) open(ctx context.Context) (*conn, error) {
 	if err := o.meet(ctx); err != nil {
+		o.ctl.end(err)
 		return nil, err
 	}
 	o.newEngine()
@@ -63,6 +70,7 @@ type opening struct {
 	world                   bool // there is a communicator of every rank
 	eng                     *device
 	ctl                     *control
+	fam                     *family // a derived communicator's parent's (nil: a new one)
 }
 
 // newOpening checks the job and starts Open's trace.
@@ -80,8 +88,11 @@ func newOpening(cfg backend.Config) (*opening, error) {
 // fail together. It then checks that no two ranks use one GPU, and learns
 // whether there is a communicator of every rank (rank 0 made its ID).
 func (o *opening) meet(ctx context.Context) error {
-	lerr := o.setup()
-	o.trace.phase("CUDA and NCCL loaded, GPU set up")
+	var lerr error
+	if o.lo == nil { // a derived communicator's is its parent's
+		lerr = o.setup()
+		o.trace.phase("CUDA and NCCL loaded, GPU set up")
+	}
 	all, err := o.cfg.Exchange.AllGather(ctx, encodeHello(o.lo, lerr))
 	o.trace.phase("the unique IDs exchanged")
 	if lerr != nil {
@@ -157,10 +168,12 @@ func (o *opening) makeChannels(ctx context.Context) error {
 	// Joined on the way out, failed or not: before fail, or anything
 	// else, touches the engine's memory.
 	defer o.startFlags()()
-	if o.ctl, err = openControl(ctx, o.cfg); err != nil {
-		return err
+	if o.ctl == nil { // a derived communicator's is given
+		if o.ctl, err = openControl(ctx, o.cfg); err != nil {
+			return err
+		}
+		o.trace.phase("the host connection open")
 	}
-	o.trace.phase("the host connection open")
 	if err = initComms(ctx, o.eng, o.rank, o.size, o.hellos); err != nil {
 		return err
 	}
@@ -251,7 +264,7 @@ func (o *opening) makeConn() *conn {
 	}
 	return newConn(connOptions{
 		rank: o.rank, size: o.size, dev: int(o.lo.dev), check: o.cfg.Check,
-		eng: o.eng, ctl: o.ctl, trace: tr, world: o.world,
+		eng: o.eng, ctl: o.ctl, trace: tr, world: o.world, derive: o.deriver(), fam: o.fam,
 	})
 }
 

@@ -35,4 +35,7 @@ const (
 	// earlier ones are done, instead of all at once. A single larger
 	// message still goes, alone.
 	stageCap = 256 << 20
+	// splitBound bounds Split: the members' hellos and the creation and
+	// first contact of the derived communicator's channels.
+	splitBound = 2 * time.Minute
 )

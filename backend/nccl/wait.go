@@ -8,12 +8,15 @@ import (
 	"github.com/courier-mp/courier/backend"
 )
 
-// poke flushes the queue and polls the groups in flight, without blocking.
+// poke flushes the queue and polls the groups in flight, without blocking,
+// and flushes the queues of the other communicators of its family
+// (family.flushOthers).
 func (c *conn) poke() {
 	c.mu.Lock()
 	c.issueLocked()
 	c.progressLocked()
 	c.mu.Unlock()
+	c.fam.flushOthers(c)
 }
 
 // wait flushes the queue and waits for r to complete, at most timeout if

@@ -242,7 +242,9 @@ func splitOppositeOrder(t T, c *mp.Comm) {
 // splitWildcards: a message on the world and one on a duplicate, both
 // with tag 7; an AnySource/AnyTag receive (and probe) on the duplicate
 // takes the duplicate's, though the world's arrived first, and the
-// world's wildcard receive takes the world's.
+// world's wildcard receive takes the world's. A backend without
+// wildcards (nccl) runs the same with the source and tag named
+// (splitNamed).
 func splitWildcards(t T, c *mp.Comm) {
 	color := mp.Undefined
 	if c.Rank() < 2 {
@@ -255,6 +257,10 @@ func splitWildcards(t T, c *mp.Comm) {
 	defer closeComm(t, d)
 	peer, ok := pair(c)
 	if !ok {
+		return
+	}
+	if !hostBackend(c) {
+		splitNamed(t, c, d, peer)
 		return
 	}
 	if c.Rank() == 0 {
@@ -281,6 +287,33 @@ func splitWildcards(t T, c *mp.Comm) {
 	require.NoError(t, err)
 	assert.Equal(t, int32(111), got[0], "the world's wildcard receive")
 	require.NoError(t, mp.Barrier(d))
+}
+
+// splitNamed is splitWildcards without wildcards: rank 0 starts the
+// world's send first and makes sure it has left (Test), then sends on the
+// duplicate; rank 1 receives from rank 0 with tag 7 on the duplicate
+// first, and gets the duplicate's message, then the world's. Nothing needs
+// buffering: the world's send completes once its receive is posted.
+func splitNamed(t T, c, d *mp.Comm, peer int) {
+	if c.Rank() == 0 {
+		qw := mp.Isend(c, []int32{111}, peer, 7)
+		done, _, err := qw.Test()
+		require.NoError(t, err)
+		require.NoError(t, mp.Send(d, []int32{222}, peer, 7))
+		if !done {
+			_, err = qw.Wait()
+			require.NoError(t, err)
+		}
+		return
+	}
+	got := []int32{0}
+	st, err := mp.Recv(d, got, peer, 7)
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Source)
+	assert.Equal(t, int32(222), got[0], "the duplicate's receive")
+	_, err = mp.Recv(c, got, peer, 7)
+	require.NoError(t, err)
+	assert.Equal(t, int32(111), got[0], "the world's receive")
 }
 
 // splitCollectivesApart: collectives on a duplicate and on the world in
