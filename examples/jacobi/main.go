@@ -5,8 +5,8 @@
 // (the most square factorization of the number of ranks), made with
 // Comm.Split into a row and a column communicator per rank; each sweep
 // swaps the blocks' edges with the neighbours by Isend/Irecv and WaitAll,
-// and every k sweeps an Allreduce adds up the squared change of the sweep,
-// which rank 0 prints.
+// and every k sweeps an Allreduce adds up the squared change of the sweep
+// over the grid; rank 0 prints its square root, the residual.
 //
 //	go run ./cmd/courier run -np 4 ./examples/jacobi
 //	go run ./cmd/courier run -np 6 ./examples/jacobi -n 256 -iters 2000 -every 200
