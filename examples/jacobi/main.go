@@ -11,8 +11,9 @@
 //	go run ./cmd/courier run -np 4 ./examples/jacobi
 //	go run ./cmd/courier run -np 6 ./examples/jacobi -n 256 -iters 2000 -every 200
 //
-// The residuals printed are the same, bit for bit, on any number of ranks
-// and on every backend: each point's update is the same arithmetic
+// The residuals printed are the same, bit for bit, on any number of ranks,
+// on the host and tcp backends (COURIER_BACKEND) and under mpirun (a build
+// with -tags mpi): each point's update is the same arithmetic
 // whatever block it lies in, and the sum of squares is added up in one
 // fixed order, the order of a serial loop over the rows and, within a row,
 // over the columns. Each rank carries the running sums of its rows on from
