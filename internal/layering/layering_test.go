@@ -93,6 +93,7 @@ var testOnly = map[string][]string{
 	"mp/mptest":                     {"internal/leakcheck"},
 	"internal/bench":                {"internal/leakcheck", "internal/ranktest"}, // its ping-pong on a job of two ranks
 	"internal/conformance/proctest": {"internal/testscope"},
+	"examples/...":                  {"internal/leakcheck"},
 }
 
 // external is what outside the standard library and the module a
