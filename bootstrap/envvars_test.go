@@ -1,6 +1,9 @@
 package bootstrap
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // launcherVars are every variable FromEnv and Detect read; Detect's tests
 // blank them so that the environment the tests run in cannot interfere.
@@ -22,7 +25,11 @@ var launcherVars = []string{
 func setEnv(t *testing.T, vars map[string]string) {
 	t.Helper()
 	for _, k := range launcherVars {
+		// Unset, not set empty (t.Setenv restores it after the test): an
+		// MPI library reads some of them (Open MPI's components for LSF
+		// and Flux) by their presence, and a singleton's MPI_Init fails.
 		t.Setenv(k, "")
+		os.Unsetenv(k)
 	}
 	for k, v := range vars {
 		t.Setenv(k, v)
