@@ -125,6 +125,11 @@ func helperMain(args []string) int {
 			st, err := os.ReadFile("/proc/" + string(b) + "/stat")
 			if err != nil || strings.Contains(string(st), ") Z ") {
 				fmt.Fprintf(os.Stderr, "rank %d saw rank %d die\n", rank, arg(1))
+				// The leader is a zombie before the killed process's
+				// other threads have gone, and its pidfd reports the end
+				// only then: leave it that long, as a rank that notices a
+				// loss through its connections would.
+				time.Sleep(100 * time.Millisecond)
 				return 3
 			}
 		}

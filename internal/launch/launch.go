@@ -409,14 +409,17 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 				}
 				seq = n + k // unknown: after the known ones, in the order reaped
 			}
-			if best < 0 || seq < bestSeq {
+			// Deaths seen together share a place: a rank killed by a
+			// signal goes before one that exited (most likely because it
+			// saw the other die).
+			if best < 0 || seq < bestSeq || seq == bestSeq && bySignal(f.err) && !bySignal(failures[best].err) {
 				best, bestSeq = k, seq
 			}
 		}
 		if !expired {
 			for r := range n {
-				if seq, ok := dw.order(r); ok && seq < bestSeq && !exited[r] {
-					return // died before it; its end is not reaped yet
+				if seq, ok := dw.order(r); ok && seq <= bestSeq && !exited[r] {
+					return // died before it, or with it; its end is not reaped yet
 				}
 			}
 		}
@@ -620,6 +623,9 @@ func describe(err error) string {
 }
 
 // exitCode is the launcher's exit code for a rank that ended with err.
+// bySignal reports whether err is the end of a process killed by a signal.
+func bySignal(err error) bool { return exitCode(err) > 128 }
+
 func exitCode(err error) int {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
