@@ -79,8 +79,6 @@ func (d *deaths) loop() {
 		if err != nil {
 			return
 		}
-		// The deaths one wait returns share a place: their order within
-		// it is the kernel's list, not the order in which they died.
 		recorded := false
 		for _, ev := range events[:n] {
 			if ev.Fd == int32(d.wake) {
@@ -91,6 +89,7 @@ func (d *deaths) loop() {
 			if ok {
 				delete(d.fds, ev.Fd)
 				d.seq[rank] = d.next
+				d.next++
 				recorded = true
 			}
 			d.mu.Unlock()
@@ -98,9 +97,6 @@ func (d *deaths) loop() {
 			unix.Close(int(ev.Fd))
 		}
 		if recorded {
-			d.mu.Lock()
-			d.next++
-			d.mu.Unlock()
 			select {
 			case d.notify <- struct{}{}:
 			default:
@@ -110,7 +106,7 @@ func (d *deaths) loop() {
 }
 
 // order returns rank's place in the order of deaths, if it has died and
-// was watched; ranks whose deaths were seen together share a place.
+// was watched.
 func (d *deaths) order(rank int) (int, bool) {
 	if d == nil {
 		return 0, false

@@ -409,17 +409,14 @@ func (j *job) run(ctx context.Context, argv0, path string) Result {
 				}
 				seq = n + k // unknown: after the known ones, in the order reaped
 			}
-			// Deaths seen together share a place: a rank killed by a
-			// signal goes before one that exited (most likely because it
-			// saw the other die).
-			if best < 0 || seq < bestSeq || seq == bestSeq && bySignal(f.err) && !bySignal(failures[best].err) {
+			if best < 0 || seq < bestSeq {
 				best, bestSeq = k, seq
 			}
 		}
 		if !expired {
 			for r := range n {
-				if seq, ok := dw.order(r); ok && seq <= bestSeq && !exited[r] {
-					return // died before it, or with it; its end is not reaped yet
+				if seq, ok := dw.order(r); ok && seq < bestSeq && !exited[r] {
+					return // died before it; its end is not reaped yet
 				}
 			}
 		}
@@ -623,9 +620,6 @@ func describe(err error) string {
 }
 
 // exitCode is the launcher's exit code for a rank that ended with err.
-// bySignal reports whether err is the end of a process killed by a signal.
-func bySignal(err error) bool { return exitCode(err) > 128 }
-
 func exitCode(err error) int {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
