@@ -202,26 +202,34 @@ func BenchmarkStream(b *testing.B) {
 }
 
 func benchStream(b *testing.B, size, capacity int) {
-	p, c := startPair(b, "sink", capacity)
+	streamTo(b, capacity, size, size)
+}
+
+// streamTo sends a buffer of size bytes, in records of chunk bytes, to the
+// sink (started with args), once per op, and checks the bytes it got.
+func streamTo(b *testing.B, capacity, size, chunk int, args ...string) {
+	p, c := startPair(b, "sink", capacity, args...)
 	src := randomBytes(5, size)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		rec := p.out.Reserve(size)
-		for rec == nil {
-			rec = p.out.Reserve(size)
+		for off := 0; off < size; off += chunk {
+			rec := p.out.Reserve(chunk)
+			for rec == nil {
+				rec = p.out.Reserve(chunk)
+			}
+			copy(rec, src[off:off+chunk])
+			p.out.Commit()
+			n++
 		}
-		copy(rec, src)
-		p.out.Commit()
-		n++
 	}
 	p.stop.Store(1)
 	var total int
 	fmt.Sscan(c.line(b), &total)
 	c.wait(b)
-	if total != n*size {
-		b.Fatalf("the sink received %d bytes, want %d", total, n*size)
+	if total != n*chunk {
+		b.Fatalf("the sink received %d bytes, want %d", total, n*chunk)
 	}
 }
 
@@ -246,29 +254,7 @@ func BenchmarkStreamLarge(b *testing.B) {
 
 func benchStreamLarge(b *testing.B, sink string, chunk, capacity int) {
 	const size = 64 << 20
-	p, c := startPair(b, "sink", capacity, fmt.Sprint(size), sink)
-	src := randomBytes(5, size)
-	b.SetBytes(size)
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		for off := 0; off < size; off += chunk {
-			rec := p.out.Reserve(chunk)
-			for rec == nil {
-				rec = p.out.Reserve(chunk)
-			}
-			copy(rec, src[off:off+chunk])
-			p.out.Commit()
-			n++
-		}
-	}
-	p.stop.Store(1)
-	var total int
-	fmt.Sscan(c.line(b), &total)
-	c.wait(b)
-	if total != n*chunk {
-		b.Fatalf("the sink received %d bytes, want %d", total, n*chunk)
-	}
+	streamTo(b, capacity, size, chunk, fmt.Sprint(size), sink)
 }
 
 // BenchmarkReadFrom copies another process's buffer with ReadFrom (one
