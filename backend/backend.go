@@ -263,3 +263,33 @@ type Canceler interface {
 type Splitter interface {
 	Split(id uint32, members []int) (Conn, error)
 }
+
+// ShrinkTag is the tag of package mp's Shrink agreement: the messages it
+// sends on a communicator that it has revoked ([Shrinker]). No program's
+// message carries it (tags are non-negative) and AnyTag never matches it.
+const ShrinkTag = -4
+
+// Shrinker is an optional Conn capability: what package mp's Comm.Shrink
+// needs to agree with the members that live on who they are, over the
+// connections that still work, and to make a communicator of them.
+//
+// Revoke ends every pending and future operation on this Conn, but those
+// with tag ShrinkTag, with an error matching ErrRevoked and ErrPeerLost,
+// and tells every other member it can reach, which revokes the Conn there
+// (and tells the others in its turn): a program that waits, on any rank,
+// for a rank that has gone on to Shrink stops waiting. The connections
+// stay up; messages with tag ShrinkTag still go between the members, and
+// Splitter's Split (which a Shrinker also implements) still derives
+// communicators from the revoked Conn. cause, when it is a rank of this
+// Conn that was lost, is named (a LostError) in the error the others' operations end
+// with; -1 when none. Revoke may be called more than once; the first
+// call does it.
+//
+// Lost lists, in increasing order, the ranks of this Conn that it knows
+// are gone: their process or connection was lost, or (on a derived Conn)
+// they closed or aborted it. A rank that revoked the Conn is not gone.
+type Shrinker interface {
+	Splitter
+	Revoke(cause int)
+	Lost() []int
+}

@@ -53,12 +53,16 @@
 //     connections, each with its own matching (mp's Comm.Split and
 //     Comm.Dup). Without it, they report ErrNotSupported: mp has no
 //     fallback that could keep two communicators' messages apart.
+//   - [Shrinker], on a Conn: revoking it and listing the ranks it has
+//     lost (mp's Comm.Shrink, which agrees over tag ShrinkTag on the
+//     revoked Conn and then calls Split). Without it, Shrink reports
+//     ErrNotSupported.
 //
 // # Files
 //
 //	backend.go   the core: Buffer, Status, Request, OpInfo, Conn, Config, Job,
-//	             Exchanger, Driver; the Availability, Prober, Canceler and
-//	             Splitter capabilities
+//	             Exchanger, Driver; the Availability, Prober, Canceler,
+//	             Splitter and Shrinker capabilities; ShrinkTag
 //	dtype.go     DType, the element types
 //	coll.go      the collectives: CollKind, ReduceOp, Coll, Collectives, ErrSkip
 //	device.go    the GPU side: PickDevice, Stream, DeviceConn, StreamWaiter,

@@ -37,6 +37,10 @@ var (
 	// frame header whose CRC32-C does not match); the link is closed and
 	// the peer is lost (the error matches ErrPeerLost too).
 	ErrCorrupt = errs.ErrCorrupt
+	// ErrRevoked: a member of the communicator revoked it ([Shrinker]):
+	// operations on it end, but those of the agreement (tag ShrinkTag).
+	// The error matches ErrPeerLost too.
+	ErrRevoked = errs.ErrRevoked
 )
 
 // ErrPeerClosed is the "peer closed" signal of the contract: a transport

@@ -31,6 +31,9 @@ func Barrier(c *Comm) error {
 // runBarrier is Barrier's part in its turn; it returns the peer an error
 // came from (-1: none).
 func (c *Comm) runBarrier() (int, error) {
+	if err := c.revokedErr(); err != nil {
+		return -1, err
+	}
 	if cc, ok := c.conn.(backend.Collectives); ok && c.size > 1 {
 		r, err := cc.Collective(backend.Coll{Kind: backend.Barrier, Caller: c.collPC})
 		if err == nil {

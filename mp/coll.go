@@ -254,6 +254,9 @@ func (c *Comm) runColl(co backend.Coll) error {
 		}
 		return copyLocal(co.Recv, co.Send)
 	}
+	if err := c.revokedErr(); err != nil {
+		return err
+	}
 	if c.check {
 		if err := c.agree(co); err != nil {
 			return err

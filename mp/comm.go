@@ -87,6 +87,15 @@ type Comm struct {
 	fam    *family
 	splits atomic.Uint64
 
+	// Shrink (shrink.go): its calls on this communicator, one at a time;
+	// whether one has begun (the communicator is revoked) and whether
+	// one returned a communicator.
+	shrinkMu  sync.Mutex
+	shrinks   atomic.Uint64
+	revoked   atomic.Bool
+	shrunk    bool
+	agreement *agreement // under shrinkMu
+
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -59,6 +59,13 @@ var (
 	// communicator in order (Close) rather than failing: errors.Is(err,
 	// ErrPeerClosed) tells a finished peer from a dead one.
 	ErrPeerClosed = errs.ErrPeerClosed
+	// ErrRevoked marks, beside ErrPeerLost, an operation that ended
+	// because a member of its communicator began Shrink on it (Comm.Shrink
+	// revokes the communicator it is called on, at every member): the
+	// program calls Shrink too, and goes on with the communicator it
+	// returns. OpError.LostRank names the rank whose loss the member that
+	// began it had seen.
+	ErrRevoked = errs.ErrRevoked
 )
 
 // OpError is the error of a message call: which operation, on which rank,
@@ -70,7 +77,7 @@ type OpError struct {
 	Peer    int    // the other rank, in the communicator (AnySource for a wildcard receive, -1 when none)
 	Tag     int    // the message tag (-1 when none)
 	Backend string // "host", "tcp", "nccl"
-	Comm    string // the communicator's name for one made by Split or Dup (Comm.Name); "" for the world
+	Comm    string // the communicator's name for one made by Split, Dup or Shrink (Comm.Name); "" for the world
 	Err     error
 }
 

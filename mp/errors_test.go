@@ -33,6 +33,7 @@ func TestSentinelsAreTheLeafsValues(t *testing.T) {
 		{"ErrInvalid", mp.ErrInvalid, backend.ErrInvalid, errs.ErrInvalid, cuda.ErrInvalid, "invalid argument"},
 		{"ErrCanceled", mp.ErrCanceled, backend.ErrCanceled, errs.ErrCanceled, nil, "request canceled"},
 		{"ErrCorrupt", mp.ErrCorrupt, backend.ErrCorrupt, errs.ErrCorrupt, nil, "corrupt data from a peer"},
+		{"ErrRevoked", mp.ErrRevoked, backend.ErrRevoked, errs.ErrRevoked, nil, "communicator revoked"},
 	}
 	for i, c := range cases {
 		assert.Same(t, c.leaf, c.mp, "mp.%s", c.name)

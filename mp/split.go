@@ -98,6 +98,13 @@ func (f *family) reserve(id uint32) bool {
 	return true
 }
 
+// free reports whether id is free here, without taking it.
+func (f *family) free(id uint32) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.used[id]
+}
+
 // release gives back an id reserved and not used.
 func (f *family) release(id uint32) {
 	f.mu.Lock()

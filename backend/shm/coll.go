@@ -292,12 +292,15 @@ func (c *Coll) end(r *collReq, err error) {
 	c.infoMu.Unlock()
 }
 
-// down returns why r cannot go on, or nil: the communicator is closed or
-// aborted, or the rank r waits for is lost (a rank that closed, or died,
+// down returns why r cannot go on, or nil: the communicator is closed,
+// aborted or revoked (a member began Shrink), or the rank r waits for is lost (a rank that closed, or died,
 // after it did its part of r holds nothing up).
 func (c *Coll) down(r *collReq) error {
 	if err := c.h.e.Err(); err != nil {
 		return err
+	}
+	if err := c.h.e.Revoked(); err != nil {
+		return err // a member began Shrink: it will not come
 	}
 	if j := r.waitFor; j >= 0 && j < c.size && c.peers[j] != nil {
 		return c.peers[j].p.Down()

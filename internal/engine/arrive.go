@@ -99,6 +99,10 @@ func (p *Peer) onEager(h *Header, src Source) error {
 		}
 		return src.Discard(int(n)) // for a communicator closed here
 	}
+	if c.refuses(int(h.Tag)) {
+		e.mu.Unlock()
+		return src.Discard(int(n)) // for a communicator revoked here
+	}
 	env := envelope{src: from, tag: int(h.Tag), typ: h.Type, count: h.Count}
 	if r := c.takePosted(&env); r != nil {
 		p.reading.Store(r)
@@ -168,6 +172,11 @@ func (p *Peer) onRTS(h *Header) error {
 		// from LEAVE and ends the send.
 		e.mu.Unlock()
 		return err
+	}
+	if c.refuses(int(h.Tag)) {
+		// Revoked here: its sender, revoked too, ends the send.
+		e.mu.Unlock()
+		return nil
 	}
 	env := envelope{src: from, tag: int(h.Tag), typ: h.Type, count: h.Count}
 	if r := c.takePosted(&env); r != nil {

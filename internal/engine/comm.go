@@ -42,6 +42,9 @@ type Comm struct {
 	wildLosses []error    // failures no receive from AnySource has reported yet (failure.go)
 	fatal      error      // a derived communicator's Close or Abort: its new operations fail with it
 	dead       atomic.Pointer[error]
+	revoked    error     // Revoke (revoke.go): its operations but the agreement's fail with it
+	earlyRev   *revokeOf // a placeholder's revoke, applied when it is made
+	revokedErr atomic.Pointer[error]
 }
 
 // owed is the DATA a peer still sends for a receive that its
@@ -100,18 +103,22 @@ func (c *Comm) Transport(j int) string {
 // Split implements backend.Splitter: the communicator id over c's ranks
 // members, in the new communicator's rank order. It does not communicate.
 func (c *Comm) Split(id uint32, members []int) (backend.Conn, error) {
-	n, err := c.derive(id, members)
+	n, rev, err := c.derive(id, members)
 	if err != nil {
 		return nil, err
+	}
+	if rev != nil {
+		n.revoke(rev.by, rev.lost) // a member revoked it before it was made here
 	}
 	return n, nil
 }
 
-// derive makes communicator id of c's ranks members (see Split).
-func (c *Comm) derive(id uint32, members []int) (*Comm, error) {
+// derive makes communicator id of c's ranks members (see Split), and
+// returns the revoke that came for it before, if one did.
+func (c *Comm) derive(id uint32, members []int) (*Comm, *revokeOf, error) {
 	e := c.e
 	if id == 0 {
-		return nil, fmt.Errorf("%w: communicator id 0 is the world's", backend.ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: communicator id 0 is the world's", backend.ErrInvalid)
 	}
 	world := make([]int, len(members))
 	ranks := make([]int32, e.size)
@@ -121,11 +128,11 @@ func (c *Comm) derive(id uint32, members []int) (*Comm, error) {
 	me := -1
 	for k, r := range members {
 		if r < 0 || r >= c.size {
-			return nil, fmt.Errorf("%w: member %d is rank %d, not in [0, %d)", backend.ErrInvalid, k, r, c.size)
+			return nil, nil, fmt.Errorf("%w: member %d is rank %d, not in [0, %d)", backend.ErrInvalid, k, r, c.size)
 		}
 		w := c.toWorld(r)
 		if ranks[w] >= 0 {
-			return nil, fmt.Errorf("%w: rank %d is a member twice", backend.ErrInvalid, r)
+			return nil, nil, fmt.Errorf("%w: rank %d is a member twice", backend.ErrInvalid, r)
 		}
 		world[k], ranks[w] = w, int32(k)
 		if r == c.rank {
@@ -133,22 +140,22 @@ func (c *Comm) derive(id uint32, members []int) (*Comm, error) {
 		}
 	}
 	if me < 0 {
-		return nil, fmt.Errorf("%w: rank %d is not among the members %v of the communicator it makes", backend.ErrInvalid, c.rank, members)
+		return nil, nil, fmt.Errorf("%w: rank %d is not among the members %v of the communicator it makes", backend.ErrInvalid, c.rank, members)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fatal != nil {
-		return nil, e.fatal
+		return nil, nil, e.fatal
 	}
 	if c.fatal != nil {
-		return nil, c.fatal
+		return nil, nil, c.fatal
 	}
 	if e.gone[id] {
-		return nil, fmt.Errorf("%w: communicator id %#x was used here before", backend.ErrInvalid, id)
+		return nil, nil, fmt.Errorf("%w: communicator id %#x was used here before", backend.ErrInvalid, id)
 	}
 	n := e.comms[id]
 	if n != nil && n.joined {
-		return nil, fmt.Errorf("%w: communicator id %#x is in use here", backend.ErrInvalid, id)
+		return nil, nil, fmt.Errorf("%w: communicator id %#x is in use here", backend.ErrInvalid, id)
 	}
 	if n == nil {
 		n = &Comm{e: e, id: id}
@@ -181,7 +188,9 @@ func (c *Comm) derive(id uint32, members []int) (*Comm, error) {
 		}
 	}
 	n.earlyLeft = nil
-	return n, nil
+	rev := n.earlyRev
+	n.earlyRev = nil
+	return n, rev, nil
 }
 
 // route finds the communicator of an EAGER or RTS frame from p, and the
@@ -303,6 +312,10 @@ func (c *Comm) end(err error, aborted bool) {
 // Every operation of that communicator with p ends, and new ones fail;
 // what p sent on it before stays for receives.
 func (p *Peer) onLeave(h *Header) {
+	if h.Flags&LeaveRevoke != 0 {
+		p.onRevoke(h)
+		return
+	}
 	e := p.e
 	aborted := h.Flags&ByeAborted != 0
 	e.mu.Lock()

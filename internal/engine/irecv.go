@@ -14,6 +14,9 @@ func (c *Comm) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 	if source != backend.AnySource && (source < 0 || source >= c.size) {
 		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, source, c.size)
 	}
+	if err := c.revokedFor(tag); err != nil {
+		return nil, err
+	}
 	if buf.Mem == backend.Device {
 		host := make([]byte, buf.Len())
 		r, err := c.Irecv(hostBuffer(host, buf), source, tag, caller)
@@ -33,6 +36,9 @@ func (c *Comm) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 		usable := c.usable(p, source)
 		if source == backend.AnySource {
 			usable = c.wildUsable()
+		}
+		if usable == nil && c.refuses(tag) {
+			usable = c.revoked
 		}
 		if err := usable; err != nil {
 			e.mu.Unlock()

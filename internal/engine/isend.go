@@ -14,6 +14,9 @@ func (c *Comm) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 	if dest < 0 || dest >= c.size {
 		return nil, fmt.Errorf("%w: rank %d is not in [0, %d)", backend.ErrInvalid, dest, c.size)
 	}
+	if err := c.revokedFor(tag); err != nil {
+		return nil, err
+	}
 	if buf.Mem == backend.Device {
 		staged, err := stageOut(buf)
 		if err != nil {
@@ -38,7 +41,10 @@ func (c *Comm) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 		return r, nil
 	}
 	e.mu.Lock()
-	if err := c.usable(p, dest); err != nil {
+	if err := c.usable(p, dest); err != nil || c.refuses(tag) {
+		if err == nil {
+			err = c.revoked
+		}
 		e.mu.Unlock()
 		r.Release()
 		return nil, err
@@ -71,7 +77,10 @@ func (r *request) sendStatus() backend.Status {
 func (c *Comm) sendSelf(r *request) error {
 	e := c.e
 	e.mu.Lock()
-	if err := c.usable(nil, c.rank); err != nil {
+	if err := c.usable(nil, c.rank); err != nil || c.refuses(r.tag) {
+		if err == nil {
+			err = c.revoked
+		}
 		e.mu.Unlock()
 		r.Release()
 		return err

@@ -36,12 +36,13 @@ type Link interface {
 // Job is work for a link's writer.
 type Job struct {
 	// Kind is KindCTS (write a CTS frame: Flags, SID, RID), KindLeave
-	// (write a LEAVE frame: Comm, Flags), KindData (send the DATA of a
+	// (write a LEAVE frame: Comm, Flags, Tag), KindData (send the DATA of a
 	// large message: call Peer.SendData) or KindBye (write BYE, then end
 	// the sending side).
 	Kind  uint8
 	Flags uint16
 	Comm  uint32 // LEAVE: the communicator
+	Tag   int32  // LEAVE with LeaveRevoke: the rank (of the job) the sender lost, or -1
 	SID   uint64 // the sender's id
 	RID   uint64 // the receiver's id
 	send  *request
@@ -56,7 +57,7 @@ func (j *Job) CTS() Header {
 // payload: KindCTS or KindLeave.
 func (j *Job) Frame() Header {
 	if j.Kind == KindLeave {
-		return Header{Kind: KindLeave, Flags: j.Flags, Comm: j.Comm}
+		return Header{Kind: KindLeave, Flags: j.Flags, Comm: j.Comm, Tag: j.Tag}
 	}
 	return j.CTS()
 }

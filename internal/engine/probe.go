@@ -9,6 +9,9 @@ import "github.com/courier-mp/courier/backend"
 // that can be polled are polled once first.
 func (c *Comm) Iprobe(source, tag int) (bool, backend.Status, error) {
 	e := c.e
+	if err := c.revokedFor(tag); err != nil {
+		return false, backend.Status{}, err
+	}
 	for _, p := range e.pollers {
 		p.Poll()
 	}

@@ -18,7 +18,7 @@ const (
 	KindCTS   uint8 = 3 // clear to send (or, with CTSDone, the receiver has pulled it)
 	KindData  uint8 = 4 // a chunk of a large message's payload
 	KindBye   uint8 = 5 // the sender closed its communicator (the world: the link ends)
-	KindLeave uint8 = 6 // the sender closed (or aborted) one derived communicator; the link goes on
+	KindLeave uint8 = 6 // the sender closed (or aborted, or revoked) one communicator; the link goes on
 )
 
 // CTS flags. With CTSTruncate or CTSMismatch the receiver refuses the
@@ -73,7 +73,8 @@ const EagerLog = 16
 //	CTS:        SID (the sender's id), Seq (the receiver's id), Flags.
 //	Data:       Seq (the receiver's id), SID (byte offset), Count (bytes).
 //	Bye:        Flags.
-//	Leave:      Comm (never 0), Flags.
+//	Leave:      Comm (0, the world, only with LeaveRevoke), Flags; with
+//	            LeaveRevoke, Tag: the rank of the job the sender lost (-1: none).
 type Header struct {
 	Kind  uint8
 	Type  backend.DType
@@ -168,7 +169,7 @@ func (h *Header) Check(eager int64) error {
 		}
 	case KindBye:
 	case KindLeave:
-		if h.Comm == 0 {
+		if h.Comm == 0 && h.Flags&LeaveRevoke == 0 {
 			return fmt.Errorf("%w: LEAVE of communicator 0 (the world says BYE)", ErrFrame)
 		}
 	default:

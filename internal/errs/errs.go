@@ -43,6 +43,11 @@ var (
 	// frame header whose CRC32-C does not match): the connection cannot be
 	// trusted and is closed.
 	ErrCorrupt = errors.New("corrupt data from a peer")
+	// ErrRevoked: the communicator was revoked, because one of its
+	// members began Shrink on it (after it lost a rank): every operation
+	// on it ends, and it is good for nothing but Shrink and Close. An
+	// error matching it matches ErrPeerLost too.
+	ErrRevoked = errors.New("communicator revoked")
 )
 
 // ErrPeerClosed is wrapped, beside ErrPeerLost, in the error of operations
