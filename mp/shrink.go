@@ -202,6 +202,7 @@ func (c *Comm) agreeSurvivors(ctx context.Context, sh backend.Shrinker, pc uintp
 	}()
 	tick := time.NewTicker(shrinkPoll)
 	defer tick.Stop()
+	refused := 0 // receives refused in a row
 	for decision == nil {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, fmt.Errorf("the survivors did not agree before the context ended (this rank counts %v lost): %w",
@@ -240,16 +241,21 @@ func (c *Comm) agreeSurvivors(ctx context.Context, sh backend.Shrinker, pc uintp
 		}
 		if a.rq == nil {
 			if err := post(); err != nil {
-				if errors.Is(err, ErrPeerLost) {
-					a.rq = nil
-					select { // a loss reported to the wildcard: look again
+				if !errors.Is(err, ErrPeerLost) {
+					return nil, 0, err
+				}
+				// A loss reported to the wildcard (once each): look again,
+				// at once the first time.
+				a.rq = nil
+				if refused++; refused > 1 {
+					select {
 					case <-ctx.Done():
 					case <-tick.C:
 					}
-					continue
 				}
-				return nil, 0, err
+				continue
 			}
+			refused = 0
 		}
 		select {
 		case <-ctx.Done():

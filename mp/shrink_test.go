@@ -13,6 +13,7 @@ import (
 
 	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
+	"github.com/courier-mp/courier/mp/mptest"
 )
 
 // Five ranks compute sums; rank 4 fails. The survivors' Allreduce fails
@@ -21,7 +22,7 @@ import (
 func ExampleComm_Shrink() {
 	var mu sync.Mutex
 	sums := map[int]int{}
-	err := ranktest.Go(5, func(comm *mp.Comm) error {
+	err := mptest.Go(5, func(comm *mp.Comm) error {
 		if comm.Rank() == 4 {
 			comm.Abort(errors.New("rank 4 fails"))
 			return nil
@@ -149,7 +150,12 @@ func TestShrinkGathererLost(t *testing.T) {
 			if when == "while-sending" {
 				mp.SetShrinkSent(func(c *mp.Comm, to int) {
 					if c.Rank() == 0 && c.Name() == "world" && to == 1 {
-						once.Do(func() { c.Abort(errors.New("rank 0 fails mid-agreement")) })
+						once.Do(func() {
+							// Rank 1 has the decision (a closed socket with
+							// unread bytes resets, which can lose it).
+							time.Sleep(200 * time.Millisecond)
+							c.Abort(errors.New("rank 0 fails mid-agreement"))
+						})
 					}
 				})
 				defer mp.SetShrinkSent(nil)
@@ -261,4 +267,21 @@ func TestShrinkSplit(t *testing.T) {
 		assert.Equal(t, "shrink 1 of split 1 of world", s.Name())
 		sumOver(t, s, c.Rank(), 2+3)
 	})
+}
+
+// TestShrinkNotSupported: a transport without backend.Shrinker (here tcp
+// behind a wrapper that offers only backend.Conn; nccl is another) makes
+// Shrink fail with ErrNotSupported, saying why, and leaves the
+// communicator working.
+func TestShrinkNotSupported(t *testing.T) {
+	c, err := mp.Init(context.Background(), single(), mp.WithEnv(noEnv), mp.WithBackend("test-device-bound"))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Shrink(context.Background())
+	require.ErrorIs(t, err, mp.ErrNotSupported)
+	assert.ErrorContains(t, err, "cannot shrink")
+	require.NoError(t, mp.Barrier(c))
+	var nilComm *mp.Comm
+	_, err = nilComm.Shrink(context.Background())
+	require.ErrorIs(t, err, mp.ErrInvalid)
 }

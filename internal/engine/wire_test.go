@@ -27,6 +27,8 @@ func TestHeaderCheck(t *testing.T) {
 	}
 	_, err = DecodeHeader((&Header{Kind: KindLeave}).bytes(), EagerLimit)
 	assert.ErrorIs(t, err, ErrFrame, "LEAVE of the world")
+	_, err = DecodeHeader((&Header{Kind: KindLeave, Flags: LeaveRevoke, Tag: 3}).bytes(), EagerLimit)
+	assert.NoError(t, err, "the world's revoke")
 }
 
 func (h *Header) bytes() []byte {
