@@ -92,6 +92,15 @@
 // communicator in order (everything it sent was delivered) ends no
 // wildcard receive while others live.
 //
+// Survivors go on without a lost rank with Comm.Shrink (host and tcp):
+// every survivor calls it after ErrPeerLost; it revokes the communicator
+// at every member (their operations on it end with ErrRevoked, which
+// matches ErrPeerLost, so none waits for a rank that went on to Shrink),
+// agrees with the others over the links that still work on who is alive,
+// also when more ranks die meanwhile, and returns a communicator of them
+// in their old order. The old one is then good for nothing but Close.
+// See docs/reliability.md for the agreement.
+//
 // Errors are *OpError values wrapping the sentinels (ErrTruncate,
 // ErrMismatch, ErrPeerLost, …) that errors.Is matches. The package never
 // panics, logs or exits on a user error.

@@ -209,6 +209,29 @@ func TestShrinkGathererLost(t *testing.T) {
 	}
 }
 
+// TestShrinkMemberLost: a rank that the gatherer waits for dies during
+// Shrink (rank 2 of 4, after rank 3): the gatherer stops waiting for it,
+// and the two left agree on each other.
+func TestShrinkMemberLost(t *testing.T) {
+	ranktest.RunConfig(t, 4, ranktest.Config{}, func(t *ranktest.T, c *mp.Comm) {
+		switch c.Rank() {
+		case 3:
+			c.Abort(errors.New("rank 3 fails"))
+			return
+		case 2:
+			time.Sleep(300 * time.Millisecond) // ranks 0 and 1 are in Shrink
+			c.Abort(errors.New("rank 2 fails"))
+			return
+		}
+		s, err := shrink(c)
+		require.NoError(t, err)
+		defer s.Close()
+		require.Equal(t, 2, s.Size())
+		assert.Equal(t, c.Rank(), s.Rank())
+		sumOver(t, s, c.Rank(), 1+2)
+	})
+}
+
 // TestShrinkContext: a rank that does not call Shrink holds the others
 // until their context ends, and Shrink fails with the context's error;
 // called again once every rank calls it, it succeeds.

@@ -19,7 +19,10 @@
 // every EAGER and RTS frame names its communicator, so messages of one
 // never match, block or reorder another's. A derived communicator's Close
 // tells its other members with LEAVE, per communicator, and the links go
-// on; the world's Close (BYE) and the loss of a peer end them all.
+// on; the world's Close (BYE) and the loss of a peer end them all. Revoke
+// (package mp's Comm.Shrink) ends a communicator's operations at every
+// member, the world's too, but for the agreement's messages, and leaves
+// the links up for it and for the communicator of the survivors.
 //
 // Progress: a link's own goroutine hands arrivals to the engine, so an
 // Isend with no waiter still completes; and a goroutine waiting in Wait
@@ -30,6 +33,7 @@
 //
 //	engine.go     the Engine, New, Attach, Close and Abort; the world's Conn methods
 //	comm.go       communicators: Comm, Split, the rank tables, early arrivals, LEAVE, naming a lost peer
+//	revoke.go     revoking a communicator for Shrink: Revoke, LEAVE's revoke flag, Lost
 //	link.go       the contract with the transports: Link, Job, Puller, Poller
 //	wire.go       the frames: kinds, flags, Header, DecodeHeader, the header's check word (Seal, Verify)
 //	isend.go      sending: eager, RTS, self-sends, the DATA of a rendezvous
