@@ -233,7 +233,8 @@ func (c *Comm) agreeSurvivors(ctx context.Context, sh backend.Shrinker, pc uintp
 			}
 			if err := c.sendShrink(msg, gatherer, pc); err != nil {
 				if errors.Is(err, ErrPeerLost) {
-					continue // it is gone: the next lowest gathers
+					setBit(lost, gatherer) // it cannot be reached: the next lowest gathers
+					continue
 				}
 				return nil, 0, err
 			}
