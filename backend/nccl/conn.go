@@ -75,6 +75,7 @@ type conn struct {
 	chans     []channel  // by channel number; those of this rank itself are unused
 	wantFlush bool       // a wait, test or Done asked for the queue to be issued
 	fatal     error      // set by Close or Abort: every new operation fails with it
+	revoked   error      // set by Revoke (shrink.go): every new operation but the agreement's fails with it
 	closing   bool
 	peers     []peer
 	self      selfQueue

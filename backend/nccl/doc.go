@@ -101,6 +101,7 @@ package nccl
 //	self.go              messages a rank sends itself, matched and copied in memory
 //	cancel.go            Cancel: a receive taken back before it matched or was issued
 //	split.go             Split: derived communicators, made by Open's phases over the members, and their hellos
+//	shrink.go            Revoke and Lost (Shrink): the host connection revoked, every channel failed; the survivors' communicator made by Split
 //	family.go            the world and its derived communicators: flushed together, ended with the world
 //	coll.go              Collective: NCCL's collectives on the communicator of every rank
 //	waiton.go            the caller's CUDA streams: WaitOn, IsendOn and IrecvOn

@@ -71,6 +71,9 @@ func (c *conn) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 // source with its tag (match.go); from this rank itself, the oldest with
 // its tag. AnySource and AnyTag are not supported.
 func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
+	if source == backend.AnySource && tag == backend.ShrinkTag {
+		return c.internal(true, buf, source, tag, caller) // Shrink's agreement, over the host connection
+	}
 	if source == backend.AnySource || tag == backend.AnyTag {
 		return nil, fmt.Errorf("%w: the nccl backend cannot match AnySource or AnyTag: a receive must name its source and tag "+
 			"(NCCL delivers each rank's messages in order; use the tcp backend for wildcards)",
@@ -101,6 +104,9 @@ func (c *conn) post(recv bool, buf backend.Buffer, peer, tag int, caller uintptr
 		c.trace.posted(time.Now())
 	}
 	err := c.usableLocked(peer, recv)
+	if err == nil {
+		err = c.revokedForLocked(tag)
+	}
 	if err == nil {
 		if recv {
 			err = c.placeRecvLocked(r)
@@ -165,6 +171,9 @@ func (c *conn) internal(recv bool, buf backend.Buffer, peer, tag int, caller uin
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if c.ctl == nil {
+		return nil, fmt.Errorf("%w: a communicator of one rank has no host connection", backend.ErrInvalid)
 	}
 	if buf.Mem != backend.Host {
 		return nil, fmt.Errorf("%w: messages with negative tags (the library's own) travel over the host connection and must be in host memory",
