@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -83,13 +86,17 @@ func shrinkSumRank() int {
 // rank 3 is killed with SIGKILL while they compute. The three survivors'
 // Allreduces end with ErrPeerLost naming rank 3; they Shrink and finish
 // 100 more sums over the three, each 1 + 2 + 3. Over shared memory (the
-// host backend) and over TCP.
+// host backend), over TCP, and over NCCL where four GPUs are (the
+// survivors' NCCL communicators are new ones, made in Shrink).
 func TestShrinkKilledRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	for _, be := range []string{"host", "tcp"} {
+	for _, be := range []string{"host", "tcp", "nccl"} {
 		t.Run(be, func(t *testing.T) {
+			if be == "nccl" {
+				needGPUs(t, 4) // NCCL takes one GPU per rank
+			}
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			addr := ln.Addr().String()
@@ -101,7 +108,8 @@ func TestShrinkKilledRank(t *testing.T) {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
 				cmd.Env = append(os.Environ(), "COURIER_TEST_ROLE=shrink-sum",
 					fmt.Sprintf("COURIER_RANK=%d", i), fmt.Sprintf("COURIER_SIZE=%d", n), "COURIER_ADDR="+addr,
-					"COURIER_JOB_KEY=shrink-test-key", "COURIER_TIMEOUT=20s", "COURIER_BACKEND="+be)
+					"COURIER_JOB_KEY=shrink-test-key", "COURIER_TIMEOUT=20s", "COURIER_BACKEND="+be,
+					fmt.Sprintf("COURIER_LOCAL_RANK=%d", i), fmt.Sprintf("COURIER_LOCAL_SIZE=%d", n), "NCCL_NVLS_ENABLE=0")
 				out, err := cmd.StdoutPipe()
 				require.NoError(t, err)
 				cmd.Stderr = os.Stderr
@@ -148,4 +156,37 @@ func TestShrinkKilledRank(t *testing.T) {
 			}
 		})
 	}
+}
+
+// needGPUs skips t unless the nccl backend works here with n GPUs; with
+// COURIER_REQUIRE_GPU=N (N >= n) it fails instead.
+func needGPUs(t *testing.T, n int) {
+	t.Helper()
+	err := ncclAvailable()
+	have := 0
+	if err == nil {
+		if have, err = cuda.DeviceCount(); err == nil && have >= n {
+			return
+		}
+	}
+	why := fmt.Sprintf("%d GPU(s), %d needed", have, n)
+	if err != nil {
+		why = err.Error()
+	}
+	if req, _ := strconv.Atoi(os.Getenv("COURIER_REQUIRE_GPU")); req >= n {
+		t.Fatalf("COURIER_REQUIRE_GPU=%d, but here: %s", req, why)
+	}
+	t.Skipf("the nccl backend with %d GPUs is not available here: %s", n, why)
+}
+
+// ncclAvailable is the nccl driver's Available.
+func ncclAvailable() error {
+	d, ok := backend.Lookup("nccl")
+	if !ok {
+		return fmt.Errorf("%w: no nccl driver registered", mp.ErrNotSupported)
+	}
+	if a, ok := d.(backend.Availability); ok {
+		return a.Available()
+	}
+	return nil
 }
