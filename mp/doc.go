@@ -92,7 +92,7 @@
 // communicator in order (everything it sent was delivered) ends no
 // wildcard receive while others live.
 //
-// Survivors go on without a lost rank with Comm.Shrink (host and tcp):
+// Survivors go on without a lost rank with Comm.Shrink:
 // every survivor calls it after ErrPeerLost; it revokes the communicator
 // at every member (their operations on it end with ErrRevoked, which
 // matches ErrPeerLost, so none waits for a rank that went on to Shrink),

@@ -54,8 +54,10 @@ import (
 // communicator shares c's connections (those of the world): close it
 // first, and the world after it, since closing the world ends every
 // communicator derived from it. Shrink works on the world and on
-// communicators made by Split, Dup or Shrink, on the host and tcp
-// backends; on nccl it is ErrNotSupported.
+// communicators made by Split, Dup or Shrink, on every backend (on nccl
+// over the host connection, the survivors' NCCL communicators made from
+// scratch in Shrink, as Split makes them); a transport without
+// backend.Shrinker makes it ErrNotSupported.
 //
 //go:noinline
 func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
@@ -69,7 +71,7 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 	sh, ok := c.conn.(backend.Shrinker)
 	if !ok {
 		return fail(fmt.Errorf("%w: the %s backend cannot shrink a communicator (Shrink needs a transport that can revoke one and "+
-			"go on over the links that still work; host and tcp can)", ErrNotSupported, c.backendName))
+			"go on over the links that still work)", ErrNotSupported, c.backendName))
 	}
 	c.shrinkMu.Lock()
 	defer c.shrinkMu.Unlock()
