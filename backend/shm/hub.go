@@ -66,6 +66,12 @@ func (h *Hub) Poll() bool {
 		return false
 	}
 	defer h.exit()
+	return h.Spin()
+}
+
+// Spin implements engine.Poller: Poll without the count of users, which
+// SpinStart took for the whole spin.
+func (h *Hub) Spin() bool {
 	did := false
 	for _, l := range h.links {
 		if l.poll() {
@@ -75,15 +81,17 @@ func (h *Hub) Poll() bool {
 	return did
 }
 
-// SpinStart implements engine.Poller.
-func (h *Hub) SpinStart() {
-	if h.spinners.Add(1) == 1 && h.enter() {
-		if h.bell.Armed() {
-			h.bell.Disarm()
-			h.disarmed.Store(true)
-		}
-		h.exit()
+// SpinStart implements engine.Poller: the spinner counts itself a user of
+// the rings until SpinEnd, so its polls take no count of their own.
+func (h *Hub) SpinStart() bool {
+	if !h.enter() {
+		return false
 	}
+	if h.spinners.Add(1) == 1 && h.bell.Armed() {
+		h.bell.Disarm()
+		h.disarmed.Store(true)
+	}
+	return true
 }
 
 // SpinEnd implements engine.Poller: the progress goroutine takes arrivals
@@ -94,11 +102,11 @@ func (h *Hub) SpinStart() {
 // waiter spins from one message to the next, never writes the bell's
 // word, which the sender reads on every message.
 func (h *Hub) SpinEnd() {
-	if h.spinners.Add(-1) == 0 && h.disarmed.Swap(false) && h.enter() {
+	if h.spinners.Add(-1) == 0 && h.disarmed.Load() && h.disarmed.Swap(false) {
 		h.bell.Arm()
-		h.exit()
-		h.Poll()
+		h.Spin()
 	}
+	h.exit()
 }
 
 // progress takes arrivals when no waiter does: it polls while there is

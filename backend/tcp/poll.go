@@ -48,7 +48,13 @@ func (p *poller) Poll() bool {
 }
 
 // SpinStart implements engine.Poller.
-func (p *poller) SpinStart() { p.spinners.Add(1) }
+func (p *poller) SpinStart() bool {
+	p.spinners.Add(1)
+	return true
+}
+
+// Spin implements engine.Poller: Poll.
+func (p *poller) Spin() bool { return p.Poll() }
 
 // SpinEnd implements engine.Poller: when the last waiter stops, what they
 // left queued goes to the writer goroutines.
