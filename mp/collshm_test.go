@@ -314,6 +314,18 @@ func TestSharedCollectiveMismatch(t *testing.T) {
 	})
 }
 
+// TestSharedBcastRootsDisagree: two ranks that each take the other for a
+// Bcast's root both wait for a slot the other never fills; each sees the
+// other pass the call and fails with ErrMismatch, not a timeout.
+func TestSharedBcastRootsDisagree(t *testing.T) {
+	ranktest.RunConfig(t, 2, ranktest.Config{Backend: "host", Options: []mp.Option{mp.WithTimeout(10 * time.Second)}}, func(rt *ranktest.T, c *mp.Comm) {
+		v := []float64{1}
+		err := mp.Bcast(c, v, 1-c.Rank())
+		require.ErrorIs(rt, err, mp.ErrMismatch)
+		require.ErrorContains(rt, err, "contributes nothing")
+	})
+}
+
 // TestSharedCollectiveTimeout: a rank that never calls the collective
 // makes the others' calls end with ErrTimeout, listing the collective,
 // once the communicator's timeout passes.
