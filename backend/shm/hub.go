@@ -30,6 +30,7 @@ type Hub struct {
 	disarmed atomic.Bool  // a spinner disarmed the bell the progress goroutine sleeps on
 	live     atomic.Int32 // links not yet killed
 	stop     chan struct{}
+	kick     chan struct{} // capacity 1: ends the progress goroutine's tick (SpinEnd)
 
 	// Ring memory is unmapped only when nothing can touch it: every user
 	// of it counts itself in active, and after closed is set nobody new
@@ -98,13 +99,22 @@ func (h *Hub) SpinStart() bool {
 // again. If a spinner disarmed the bell under it (it sleeps on the bell),
 // the bell is armed again, and what came after the last poll and before
 // that is taken here; otherwise the progress goroutine, which looks every
-// progressTick while waiters spin, arms it itself. So a ping-pong, whose
-// waiter spins from one message to the next, never writes the bell's
-// word, which the sender reads on every message.
-func (h *Hub) SpinEnd() {
-	if h.spinners.Add(-1) == 0 && h.disarmed.Load() && h.disarmed.Swap(false) {
-		h.bell.Arm()
-		h.Spin()
+// progressTick while waiters spin, arms it itself: at once when the
+// spinner parks (its request's arrival must ring the bell), else at its
+// next look. So a ping-pong, whose waiter spins from one message to the
+// next, never writes the bell's word, which the sender reads on every
+// message.
+func (h *Hub) SpinEnd(parking bool) {
+	if h.spinners.Add(-1) == 0 {
+		if h.disarmed.Load() && h.disarmed.Swap(false) {
+			h.bell.Arm()
+			h.Spin()
+		} else if parking {
+			select {
+			case h.kick <- struct{}{}:
+			default:
+			}
+		}
 	}
 	h.exit()
 }
@@ -112,6 +122,7 @@ func (h *Hub) SpinEnd() {
 // progress takes arrivals when no waiter does: it polls while there is
 // work, and sleeps on the bell when there is none.
 func (h *Hub) progress() {
+	var tick *time.Timer
 	for {
 		select {
 		case <-h.stop:
@@ -123,9 +134,20 @@ func (h *Hub) progress() {
 			continue
 		}
 		if h.spinners.Load() > 0 {
-			// A waiter polls; look again later without asking senders to
-			// wake this goroutine.
-			time.Sleep(progressTick)
+			// A waiter polls; look again later (or when it parks)
+			// without asking senders to wake this goroutine.
+			if tick == nil {
+				tick = time.NewTimer(progressTick)
+			} else {
+				tick.Reset(progressTick)
+			}
+			select {
+			case <-tick.C:
+			case <-h.kick:
+				tick.Stop()
+			case <-h.stop:
+				tick.Stop()
+			}
 			continue
 		}
 		v := h.bell.Arm()

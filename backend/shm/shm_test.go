@@ -333,7 +333,7 @@ func BenchmarkPath(b *testing.B) {
 	// progress goroutines keep away and no bell is armed.
 	for _, x := range h {
 		x.SpinStart()
-		defer x.SpinEnd()
+		defer x.SpinEnd(false)
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -30,8 +30,9 @@ type link struct {
 
 	rmu    sync.Mutex // the reader's state: its goroutine's, or a waiter's
 	rd     *reader
-	rdDone atomic.Bool // the reader goroutine has returned
-	poller *poller     // the communicator's, if this link can be polled
+	rdDone atomic.Bool   // the reader goroutine has returned
+	poller *poller       // the communicator's, if this link can be polled
+	kick   chan struct{} // capacity 1: wakes the reader goroutine from its tick (poller.SpinEnd)
 
 	wmu     sync.Mutex // one frame at a time on the socket
 	whdr    [engine.HeaderSize]byte
@@ -57,6 +58,7 @@ func newLink(e *engine.Engine, nc net.Conn) *link {
 		eager:  engine.EagerLimit,
 		wsmall: make([]byte, 0, engine.HeaderSize+smallWrite),
 		qsig:   make(chan struct{}, 1),
+		kick:   make(chan struct{}, 1),
 		quit:   make(chan struct{}),
 	}
 }

@@ -57,12 +57,20 @@ func (p *poller) SpinStart() bool {
 func (p *poller) Spin() bool { return p.Poll() }
 
 // SpinEnd implements engine.Poller: when the last waiter stops, what they
-// left queued goes to the writer goroutines.
-func (p *poller) SpinEnd() {
+// left queued goes to the writer goroutines, and, if it parks, the reader
+// goroutines go back to the netpoller at once (not after their tick), so
+// that its request's arrival is taken without delay.
+func (p *poller) SpinEnd(parking bool) {
 	if p.spinners.Add(-1) == 0 {
 		for _, l := range p.links {
 			if l.qlen.Load() > 0 {
 				l.handBack()
+			}
+			if parking {
+				select {
+				case l.kick <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}

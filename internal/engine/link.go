@@ -94,6 +94,8 @@ type Poller interface {
 	// Spin is Poll between a SpinStart that reported true and its SpinEnd.
 	Spin() bool
 	// SpinEnd says it stopped; from now the transport's goroutine must
-	// take arrivals again.
-	SpinEnd()
+	// take arrivals again: at once when parking is true (the goroutine is
+	// about to block on its request, which an arrival must complete),
+	// else it may take a short while (the goroutine has its result).
+	SpinEnd(parking bool)
 }

@@ -66,9 +66,10 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 			}
 		}
 	}
+	parking := !r.isDone()
 	for k, p := range e.pollers {
 		if started&(1<<k) != 0 {
-			p.SpinEnd()
+			p.SpinEnd(parking)
 		}
 	}
 }
