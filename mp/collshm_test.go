@@ -364,3 +364,41 @@ func TestSharedCollectiveTimeout(t *testing.T) {
 	})
 	assert.Positive(t, timedOut, "no rank timed out")
 }
+
+// TestLargeCollectiveAllocsAcrossGC: a large Allreduce over point-to-point
+// messages borrows megabytes of scratch; garbage collections between the
+// calls (which empty sync.Pools) must not make it allocate them again.
+func TestLargeCollectiveAllocsAcrossGC(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates")
+	}
+	const np, n, iters = 2, 1 << 19, 40 // 2 MiB of float32
+	comms := openRanks(t, np, "tcp")
+	bufs := make([][2][]float32, np)
+	for i := range bufs {
+		bufs[i] = [2][]float32{make([]float32, n), make([]float32, n)}
+	}
+	call := func() {
+		errs := onAll(comms, func(c *mp.Comm) error {
+			b := bufs[c.Rank()]
+			return mp.Allreduce(c, b[0], b[1], mp.Sum)
+		})
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d", r)
+		}
+	}
+	for range 5 {
+		call() // warm-up
+	}
+	var before, after runtime.MemStats
+	var bytes uint64
+	for range iters {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		call()
+		runtime.ReadMemStats(&after)
+		bytes += after.TotalAlloc - before.TotalAlloc
+	}
+	// One scratch buffer allocated again would be ≥ 1 MiB.
+	assert.Less(t, bytes, uint64(1<<20), "%d bytes allocated in %d calls, each after a collection", bytes, iters)
+}
