@@ -131,7 +131,7 @@ func (l *link) put(h *engine.Header, payload []byte) bool {
 		// The payload's copies in and out run aligned.
 		b = l.out.ReserveAligned(n, n-len(payload), shmem.MaxAlign)
 	} else {
-		b = l.out.Reserve(n)
+		b = l.out.ReserveLine(n) // a small message: one line with its header
 	}
 	if b == nil {
 		return false
