@@ -71,6 +71,7 @@ var allowed = map[string][]string{
 	"internal/bench/chart":          {"internal/bench"},
 	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
 	"examples/...":                  {"cuda", "mp"},
+	"internal/faultproxy":           {"internal/engine"}, // a relay for tests that alters courier's frames
 	"internal/leakcheck":            nil,
 	"internal/testscope":            nil,
 	"internal/layering":             nil,
@@ -82,7 +83,7 @@ var allowed = map[string][]string{
 var testOnly = map[string][]string{
 	"cuda":            {"backend"}, // the tests match backend's sentinels
 	"bootstrap":       {"internal/leakcheck"},
-	"backend/tcp":     {"internal/leakcheck"},
+	"backend/tcp":     {"internal/faultproxy", "internal/leakcheck"},
 	"internal/engine": {"internal/leakcheck"},
 	"backend/shm":     {"internal/conformance"}, // the thresholds lie in the suite's sweep
 	"backend/nccl": {
@@ -94,6 +95,7 @@ var testOnly = map[string][]string{
 	"internal/bench":                {"internal/leakcheck", "internal/ranktest"}, // its ping-pong on a job of two ranks
 	"internal/conformance/proctest": {"internal/testscope"},
 	"examples/...":                  {"internal/leakcheck"},
+	"internal/faultproxy":           {"internal/leakcheck"},
 }
 
 // external is what outside the standard library and the module a
