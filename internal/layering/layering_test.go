@@ -71,7 +71,8 @@ var allowed = map[string][]string{
 	"internal/bench/chart":          {"internal/bench"},
 	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
 	"examples/...":                  {"cuda", "mp"},
-	"internal/faultproxy":           {"internal/engine"}, // a relay for tests that alters courier's frames
+	"internal/campaign":             {"internal/conformance/proctest", "mp"}, // the kill campaign
+	"internal/faultproxy":           {"internal/engine"},                     // a relay for tests that alters courier's frames
 	"internal/leakcheck":            nil,
 	"internal/testscope":            nil,
 	"internal/layering":             nil,
@@ -96,6 +97,7 @@ var testOnly = map[string][]string{
 	"internal/conformance/proctest": {"internal/testscope"},
 	"examples/...":                  {"internal/leakcheck"},
 	"internal/faultproxy":           {"internal/leakcheck"},
+	"internal/campaign":             {"internal/leakcheck", "mp/mptest"},
 }
 
 // external is what outside the standard library and the module a
