@@ -320,3 +320,24 @@ func BenchmarkPingPong(b *testing.B) {
 		})
 	}
 }
+
+// TestCollAfterEveryPeerGone: a collective started once every peer's
+// link has ended (the transport is unmapped) fails with ErrPeerLost
+// naming the lost rank, as one under way does, not with ErrClosed:
+// the survivor of a job whose other ranks died or left must learn why.
+func TestCollAfterEveryPeerGone(t *testing.T) {
+	_, h := pair(t)
+	c := h[1].Coll()
+	require.NotNil(t, c)
+	h[0].links[0].uc.Close() // rank 0 "dies"
+	for start := time.Now(); !h[1].closed.Load(); time.Sleep(time.Millisecond) {
+		require.Less(t, time.Since(start), 5*time.Second, "rank 1's transport did not end")
+	}
+	r, err := c.Collective(backend.Coll{Kind: backend.Barrier})
+	if err == nil {
+		_, err = r.Wait(5 * time.Second)
+		r.Release()
+	}
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.ErrorContains(t, err, "rank 0")
+}

@@ -91,13 +91,13 @@ type Result struct {
 
 // Bad reports whether the trial found a defect: a hang, a panic, a wrong
 // result, a survivor that ended early or without its line, or an error
-// that is not ErrPeerLost.
+// that is not ErrPeerLost or does not name the killed rank.
 func (r *Result) Bad() bool {
 	if r.Setup != nil {
 		return true
 	}
 	for _, s := range r.Survivors {
-		if s.Hung || s.Panicked || s.Wrong || s.Early || !s.Ended || !s.PeerLost {
+		if s.Hung || s.Panicked || s.Wrong || s.Early || !s.Ended || !s.PeerLost || s.Lost != r.Victim {
 			return true
 		}
 	}
