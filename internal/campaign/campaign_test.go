@@ -39,8 +39,8 @@ func TestMain(m *testing.M) {
 // receives from AnySource, large messages, every collective), one of
 // them is killed with SIGKILL at a random moment, and every survivor must
 // end within the bound with ErrPeerLost naming the killed rank, having
-// received no wrong result. The short run (3 trials per transport) runs
-// in CI; scripts/campaign.sh runs the long one and prints its table
+// received no wrong result. The short run (3 trials per transport; 1
+// under the race detector) runs in CI; scripts/campaign.sh runs the long one and prints its table
 // (docs/reliability.md has the figures).
 func TestKillCampaign(t *testing.T) {
 	exe, err := os.Executable()
@@ -51,10 +51,14 @@ func TestKillCampaign(t *testing.T) {
 	if first == 0 {
 		first = uint64(time.Now().UnixNano())
 	}
+	n := *trials
+	if raceOn && !flagSet("campaign.trials") {
+		n = 1
+	}
 	var sums []Summary
 	for _, tr := range Transports {
 		var results []*Result
-		for i := range *trials {
+		for i := range n {
 			cfg := Config{Exe: exe, Args: []string{"-test.run=^$"}, Transport: tr, Ranks: 4,
 				Seed: first + uint64(i), MaxKill: *maxKill, HangBound: *hang, Dir: *keep}
 			r := Trial(cfg)
@@ -72,7 +76,7 @@ func TestKillCampaign(t *testing.T) {
 	WriteTable(&b, sums)
 	t.Logf("first seed %d\n%s", first, b.String())
 	if *table {
-		fmt.Printf("first seed %d, %d trials per transport, kill within %v, hang bound %v\n\n%s\n", first, *trials, *maxKill, *hang, b.String())
+		fmt.Printf("first seed %d, %d trials per transport, kill within %v, hang bound %v\n\n%s\n", first, n, *maxKill, *hang, b.String())
 		WriteSteps(os.Stdout, sums)
 	}
 }
@@ -110,7 +114,16 @@ func TestWorkloadRight(t *testing.T) {
 	}
 	require.Len(t, seen, int(numKinds), "a plan has every kind")
 	require.Positive(t, large, "a plan has large steps")
-	for _, backend := range []string{"tcp", "host"} {
+	backends := []string{"tcp", "host"}
+	if raceOn {
+		// Under the race detector: one transport, and small steps only
+		// (the run without it checks the large ones).
+		backends = backends[1:]
+		for i := range plan {
+			plan[i].N = min(plan[i].N, 4096)
+		}
+	}
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			mptest.Run(t, 4, func(t *testing.T, c *mp.Comm) {
 				for k, s := range plan {
@@ -140,4 +153,11 @@ func TestTrialFindsHang(t *testing.T) {
 	sum := Summarize("tcp", []*Result{r})
 	assert.Equal(t, 2, sum.Hangs)
 	assert.False(t, sum.Clean())
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
