@@ -19,10 +19,22 @@ func (c *Coll) attempt(r *collReq) {
 	c.h.exit()
 }
 
-// closedErr is the error of a collective that finds the transport ended.
+// closedErr is the error of a collective that finds the transport ended:
+// why the rank it waits for cannot go on or, when it waits for none yet
+// (it started after every link had ended), why the first lost peer is,
+// which names the rank whose loss ended them (a peer that left after it
+// lost a rank says which); errCollClosed only when no peer is lost.
 func (c *Coll) closedErr(r *collReq) error {
 	if err := c.down(r); err != nil {
 		return err
+	}
+	for _, l := range c.peers {
+		if l == nil {
+			continue
+		}
+		if err := l.p.Down(); err != nil {
+			return err
+		}
 	}
 	return errCollClosed
 }

@@ -355,3 +355,55 @@ func BenchmarkPath(b *testing.B) {
 		rr.Release()
 	}
 }
+
+// TestCollAfterEveryPeerGone: a collective started once every peer's
+// link has ended (the transport is unmapped) fails with ErrPeerLost
+// naming the lost rank, as one under way does, not with ErrClosed:
+// the survivor of a job whose other ranks died or left must learn why.
+func TestCollAfterEveryPeerGone(t *testing.T) {
+	_, h := pair(t)
+	c := h[1].Coll()
+	require.NotNil(t, c)
+	h[0].links[0].uc.Close() // rank 0 "dies"
+	for start := time.Now(); !h[1].closed.Load(); time.Sleep(time.Millisecond) {
+		require.Less(t, time.Since(start), 5*time.Second, "rank 1's transport did not end")
+	}
+	r, err := c.Collective(backend.Coll{Kind: backend.Barrier})
+	if err == nil {
+		_, err = r.Wait(5 * time.Second)
+		r.Release()
+	}
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.ErrorContains(t, err, "rank 0")
+}
+
+// TestFailedPullLosesPeer: a pulled rendezvous whose copy out of the
+// sender's memory fails because the sender's process is gone (here: a pid
+// that is no process's) ends the receive with ErrPeerLost and marks the
+// peer lost, so the rest of what waits on it ends too and this rank's
+// goodbye to the others names the lost rank. Before, only the receive
+// ended: the rank's later BYE named no one, and its peers blamed it for
+// the loss (the kill campaign found it on shared memory).
+func TestFailedPullLosesPeer(t *testing.T) {
+	e, h := pairCopy(t, CopySingle)
+	if !h[1].links[0].read.Load() {
+		t.Skip("this kernel refuses process_vm_readv between these processes")
+	}
+	h[1].links[0].pid = 1 << 30 // past any pid_max: process_vm_readv says ESRCH
+	big := pattern(maxEager+1, 1)
+	s, err := e[0].Isend(bytesOf(big), 1, 3, 0)
+	require.NoError(t, err)
+	defer s.Release()
+	got := make([]byte, len(big))
+	r, err := e[1].Irecv(bytesOf(got), 0, 3, 0)
+	require.NoError(t, err)
+	_, err = r.Wait(5 * time.Second)
+	r.Release()
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	later, err := e[1].Irecv(bytesOf(make([]byte, 8)), 0, 4, 0)
+	if err == nil {
+		_, err = later.Wait(time.Second)
+		later.Release()
+	}
+	require.ErrorIs(t, err, backend.ErrPeerLost, "rank 0 is not marked lost")
+}
