@@ -142,7 +142,7 @@ func TestTrialFindsHang(t *testing.T) {
 	require.NoError(t, err)
 	t.Setenv(SelfTestEnv, "hang")
 	r := Trial(Config{Exe: exe, Args: []string{"-test.run=^$"}, Transport: Transports[0], Ranks: 3,
-		Seed: 7, MaxKill: 50 * time.Millisecond, HangBound: 3 * time.Second, Dir: t.TempDir()})
+		Seed: 7, MaxKill: 50 * time.Millisecond, HangBound: 2 * time.Second, Dir: t.TempDir()})
 	require.NoError(t, r.Setup)
 	require.Len(t, r.Survivors, 2)
 	for _, s := range r.Survivors {

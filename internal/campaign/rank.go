@@ -17,8 +17,8 @@ import (
 const RoleEnv = "COURIER_CAMPAIGN_SEED"
 
 // SelfTestEnv, set to "hang", makes a rank wait forever once an
-// operation failed instead of closing: the harness's own test of its hang
-// detection.
+// operation failed, after it closed, instead of exiting: the harness's own
+// test of its hang detection.
 const SelfTestEnv = "COURIER_CAMPAIGN_SELFTEST"
 
 // InRank reports whether this process is a rank of a trial.
@@ -59,10 +59,12 @@ func RankMain() int {
 			}
 			fmt.Printf("END at=%d steps=%d step=%s peerlost=%t lost=%d wrong=%t err=%s\n",
 				at, k, s.Kind, errors.Is(err, mp.ErrPeerLost), lost, errors.Is(err, errWrong), oneLine(err))
+			comm.Close()
 			if os.Getenv(SelfTestEnv) == "hang" {
+				// Closed first, so that a survivor waiting on this one
+				// also ends its step, prints its END and hangs.
 				select {}
 			}
-			comm.Close()
 			return 0
 		}
 	}
