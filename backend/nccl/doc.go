@@ -103,7 +103,7 @@ package nccl
 //	split.go             Split: derived communicators, made by Open's phases over the members, and their hellos
 //	family.go            the world and its derived communicators: flushed together, ended with the world
 //	coll.go              Collective: NCCL's collectives on the communicator of every rank
-//	waiton.go            the caller's CUDA streams: WaitOn, IsendOn and IrecvOn
+//	waiton.go            the caller's CUDA streams: WaitOn, IsendOn, IrecvOn and CollectiveOn
 //	failure.go           failure: a channel failed and aborted, a rank lost, Abort
 //	close.go             Close
 //	connect.go           first contact on every channel, and the background connection of the communicator of every rank
