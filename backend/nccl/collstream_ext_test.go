@@ -335,7 +335,7 @@ func streamCollectiveErrors(c *mp.Comm) error {
 // stream memory operations, as the first configuration's has) on 3 ranks
 // with checks, on the halves of a Split of them (2 ranks through NCCL, 1
 // through a copy on the stream), and on 2 ranks without checks; refusals
-// and the fallback with checks.
+// and the fallback with checks; and on tcp, which synchronizes the stream.
 func TestFakeGPUChildStreamCollectives(t *testing.T) {
 	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
 		t.Skip("runs in the child process of TestFakeGPU")
@@ -369,6 +369,15 @@ func TestFakeGPUChildStreamCollectives(t *testing.T) {
 			}
 		})
 	}
+	// On tcp the call synchronizes the stream and stages the buffers
+	// through the host: the same results, in the same order on the stream
+	// (no gate: the call waits for the stream there).
+	cfg := ranktest.Config{Backend: "tcp", Options: []mp.Option{mp.WithEnv(os.Getenv)}, Timeout: 20 * time.Second}
+	ranktest.RunConfig(t, 2, cfg, func(rt *ranktest.T, c *mp.Comm) {
+		if err := streamCollectives(c, 100, false); err != nil {
+			rt.Errorf("tcp: %v", err)
+		}
+	})
 }
 
 // TestGPUStreamCollectives: the stream-ordered collectives on real GPUs,
