@@ -8,59 +8,16 @@ import (
 	"github.com/courier-mp/courier/cuda"
 )
 
-// Stream-ordered collectives. IbcastOnStream, IreduceOnStream,
-// IallreduceOnStream, IallgatherOnStream, IreduceScatterOnStream and
-// IalltoallOnStream are the non-blocking collectives (Ibcast, …) ordered on
-// a CUDA stream, as IsendOnStream is Isend ordered on one: the collective
-// runs as if it were a kernel queued on s. On the GPU it starts after the
-// work queued on s before the call, and the work queued on s after the
-// call starts once this rank's part is done (recv holds the result, send
-// may be overwritten). That is the training loop's pattern, with no CPU
-// wait between the three steps:
-//
-//	backward(grads, s)                                          // a kernel on s
-//	req, err := mp.IallreduceOnStream(comm, grads, grads, mp.Sum, s)
-//	optimizer(params, grads, s)                                 // runs after the sum
-//	…
-//	_, err = req.Wait()                                         // errors, once per step or later
-//
-// They take device buffers only (DeviceBuffer), on the GPU of s, and the
-// arguments of their non-blocking forms; every rank calls the collectives,
-// of every form, in the same order. Like Iallreduce they return a *Request
-// at once, or an argument error (ErrInvalid: a nil or destroyed stream, a
-// stream on another GPU than the buffers or the communicator, and what the
-// blocking forms refuse) with a nil *Request. The request must still be
-// completed (Wait, Test, WaitAll, …): it reports the collective's errors,
-// and it completes on the CPU once the collective has completed on the
-// GPU, which may be later than the work queued after it on s has started.
-// Until then the buffers are the library's, except to the work queued on s
-// after the call. On nccl the request also works with WaitOn, for another
-// stream.
-//
-// Why a *Request and not only an error: NCCL reports a failure (a peer
-// lost, the communicator aborted, a timeout) after the call, on the CPU;
-// the request is where it arrives, as for IsendOnStream. Why the I prefix:
-// the call returns before the collective is done, as every call that
-// returns a request does.
-//
-// Where they run. On nccl, NCCL runs the collective on the communicator of
-// every rank, whose stream waits on the GPU for an event recorded on s,
-// and s then waits for the collective's completion: the CPU does not wait
-// for s or for the collective. It does wait, before the collective is
-// queued, for the non-blocking collectives started before it (they run in
-// order, and on the CPU), for the other ranks with COURIER_CHECK=1 (the
-// ranks compare the collective first, as for every collective), and in a
-// program's first collective for NCCL to connect the ranks. On one rank
-// the result is a copy queued on s. Everywhere else (the host and tcp
-// backends, and on nccl what NCCL cannot run: the types and operators its
-// collectives lack, a communicator without NCCL's collectives) the call
-// synchronizes s, runs the collective as the blocking form would (device
-// buffers staged through host memory), and returns a completed request:
-// the same results and the same ordering, one program on every backend,
-// with the CPU waiting.
+// Stream-ordered collectives: the non-blocking collectives ordered on a
+// CUDA stream, as IsendOnStream is Isend ordered on one. IallreduceOnStream's
+// doc says what they share. Why a *Request and not only an error: NCCL
+// reports a failure (a peer lost, the communicator aborted) after the call,
+// on the CPU, and the request is where it arrives, as for IsendOnStream;
+// why the I: the call returns before the collective is done, as every call
+// of the package that returns a request does.
 
 // IbcastOnStream starts a Bcast of root's buf to every other rank's buf,
-// ordered on stream s.
+// ordered on stream s as IallreduceOnStream is.
 //
 //go:noinline
 func IbcastOnStream[B DeviceBuffer](c *Comm, buf B, root int, s *cuda.Stream) (*Request, error) {
@@ -69,7 +26,7 @@ func IbcastOnStream[B DeviceBuffer](c *Comm, buf B, root int, s *cuda.Stream) (*
 }
 
 // IreduceOnStream starts a Reduce of every rank's send with op into recv
-// at root, ordered on stream s.
+// at root, ordered on stream s as IallreduceOnStream is.
 //
 //go:noinline
 func IreduceOnStream[B DeviceBuffer](c *Comm, send, recv B, op Op, root int, s *cuda.Stream) (*Request, error) {
@@ -77,7 +34,47 @@ func IreduceOnStream[B DeviceBuffer](c *Comm, send, recv B, op Op, root int, s *
 }
 
 // IallreduceOnStream starts an Allreduce of every rank's send with op into
-// every rank's recv, ordered on stream s. recv may be send itself.
+// every rank's recv (recv may be send itself), ordered on the CUDA stream
+// s as if it were a kernel queued there: on the GPU it starts after the
+// work queued on s before the call, and the work queued on s after the
+// call starts once this rank's part is done (recv holds the sum, send may
+// be overwritten). That is a training step's pattern, with no CPU wait
+// between its three parts:
+//
+//	backward(grads, s)                                          // a kernel on s
+//	req, err := mp.IallreduceOnStream(comm, grads, grads, mp.Sum, s)
+//	optimizer(params, grads, s)                                 // runs after the sum
+//	…
+//	_, err = req.Wait()                                         // later: its errors
+//
+// IbcastOnStream, IreduceOnStream, IallgatherOnStream,
+// IreduceScatterOnStream and IalltoallOnStream order the other
+// collectives alike. They take device buffers (DeviceBuffer) on the GPU of
+// s, and the other arguments of their non-blocking forms (Iallreduce, …);
+// every rank calls the collectives, of every form, in the same order. They
+// return a *Request at once, or an argument error with a nil *Request
+// (ErrInvalid: a nil or destroyed stream, a stream on another GPU than the
+// buffers or the communicator, and what the blocking forms refuse). The
+// request must still be completed (Wait, Test, WaitAll, …): it reports the
+// collective's errors, and completes on the CPU once the collective has
+// completed on the GPU. Until then the buffers belong to the library and
+// to the work queued on s after the call. On nccl, WaitOn of the request
+// makes another stream wait for the collective too.
+//
+// What waits. On nccl, NCCL runs the collective on the communicator of
+// every rank, its stream waiting on the GPU for an event recorded on s,
+// and s then waits on the GPU for the collective: the CPU waits neither
+// for s nor for the collective. It does wait, before the collective is
+// queued, for the non-blocking collectives started before it (they run on
+// the CPU, in order), with COURIER_CHECK=1 for every rank to call it (the
+// ranks compare each collective first, as for every form), and in a
+// program's first collective for NCCL to connect the ranks. On one rank
+// the result is a copy queued on s. Everywhere else (the host and tcp
+// backends, and on nccl what NCCL lacks: int16 and uint16, products of
+// complex numbers) the call synchronizes s, runs the
+// collective as the blocking form does (device buffers staged through host
+// memory) and returns a completed request: the same results in the same
+// order on s, one program on every backend, the CPU waiting.
 //
 //go:noinline
 func IallreduceOnStream[B DeviceBuffer](c *Comm, send, recv B, op Op, s *cuda.Stream) (*Request, error) {
@@ -85,7 +82,8 @@ func IallreduceOnStream[B DeviceBuffer](c *Comm, send, recv B, op Op, s *cuda.St
 }
 
 // IallgatherOnStream starts an Allgather of every rank's send into every
-// rank's recv, rank k's at block k, ordered on stream s.
+// rank's recv, rank k's at block k, ordered on stream s as
+// IallreduceOnStream is.
 //
 //go:noinline
 func IallgatherOnStream[B DeviceBuffer](c *Comm, send, recv B, s *cuda.Stream) (*Request, error) {
@@ -94,7 +92,7 @@ func IallgatherOnStream[B DeviceBuffer](c *Comm, send, recv B, s *cuda.Stream) (
 
 // IreduceScatterOnStream starts a ReduceScatter (every rank's send
 // combined with op, block k of the result into rank k's recv), ordered on
-// stream s.
+// stream s as IallreduceOnStream is.
 //
 //go:noinline
 func IreduceScatterOnStream[B DeviceBuffer](c *Comm, send, recv B, op Op, s *cuda.Stream) (*Request, error) {
@@ -102,7 +100,8 @@ func IreduceScatterOnStream[B DeviceBuffer](c *Comm, send, recv B, op Op, s *cud
 }
 
 // IalltoallOnStream starts an Alltoall (block k of send to rank k, rank
-// j's block into block j of recv), ordered on stream s.
+// j's block into block j of recv), ordered on stream s as
+// IallreduceOnStream is.
 //
 //go:noinline
 func IalltoallOnStream[B DeviceBuffer](c *Comm, send, recv B, s *cuda.Stream) (*Request, error) {
