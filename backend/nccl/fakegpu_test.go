@@ -470,6 +470,9 @@ func TestFakeGPUChildCollectives(t *testing.T) {
 				return
 			}
 			collChecks(t, c)
+			if n == 2 {
+				collOnRefusals(t, c)
+			}
 		})
 	}
 	t.Setenv(CollectivesEnv, "0")
@@ -483,4 +486,60 @@ func TestFakeGPUChildCollectives(t *testing.T) {
 			t.Errorf("rank %d: %s=0: Collective: %v, want ErrSkip", r, CollectivesEnv, err)
 		}
 	})
+}
+
+// otherStream is a backend.Stream that is not a *cuda.Stream.
+type otherStream struct{}
+
+func (otherStream) Handle() uintptr { return 1 }
+
+// collOnRefusals: CollectiveOn refuses what it cannot order on the
+// caller's stream (ErrInvalid: host buffers, a stream of another device
+// or of another kind, none) and hands back what NCCL does not run
+// (ErrSkip), before anything is queued: a collective after them runs.
+func collOnRefusals(t *testing.T, c *conn) {
+	s := mustStream(t, c)
+	d := devDesc(c, devBuf(t, c, 8))
+	d.Type, d.Count = backend.Int32, 2
+	other, err := cuda.NewStream(cuda.Device(1 - c.dev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Destroy()
+	h := bufOf([]int32{1, 2}, backend.Int32)
+	for name, tc := range map[string]struct {
+		co   backend.Coll
+		s    backend.Stream
+		want error
+	}{
+		"host buffers":         {backend.Coll{Kind: backend.Allreduce, Send: h, Recv: h, Op: backend.Sum}, s, backend.ErrInvalid},
+		"another GPU's stream": {backend.Coll{Kind: backend.Allreduce, Send: d, Recv: d, Op: backend.Sum}, other, backend.ErrInvalid},
+		"not a cuda.Stream":    {backend.Coll{Kind: backend.Allreduce, Send: d, Recv: d, Op: backend.Sum}, otherStream{}, backend.ErrInvalid},
+		"no stream":            {backend.Coll{Kind: backend.Allreduce, Send: d, Recv: d, Op: backend.Sum}, new(cuda.Stream), backend.ErrInvalid},
+		"a Barrier":            {backend.Coll{Kind: backend.Barrier}, s, backend.ErrSkip},
+		"a product of int16":   {backend.Coll{Kind: backend.Allreduce, Send: withType(d, backend.Int16), Recv: withType(d, backend.Int16), Op: backend.Prod}, s, backend.ErrSkip},
+	} {
+		if r, err := c.CollectiveOn(tc.co, tc.s); !errors.Is(err, tc.want) {
+			if r != nil {
+				r.Release()
+			}
+			t.Errorf("rank %d: CollectiveOn with %s: %v, want %v", c.rank, name, err, tc.want)
+		}
+	}
+	x := []int32{int32(c.rank), 1}
+	r, err := c.Collective(backend.Coll{Kind: backend.Allreduce, Send: bufOf(x, backend.Int32), Recv: bufOf(x, backend.Int32), Op: backend.Sum})
+	if err == nil {
+		_, err = r.Wait(testWait)
+		r.Release()
+	}
+	if err != nil || x[0] != 1 || x[1] != 2 {
+		t.Errorf("rank %d: an Allreduce after the refusals: %v, %v", c.rank, x, err)
+	}
+}
+
+// withType is b holding elements of type dt (as many bytes or fewer).
+func withType(b backend.Buffer, dt backend.DType) backend.Buffer {
+	b.Count = b.Len() / int64(dt.Size())
+	b.Type = dt
+	return b
 }
