@@ -80,11 +80,13 @@ func TestSingleRankSelfMessages(t *testing.T) {
 }
 
 func TestTimeoutReportsPendingOperations(t *testing.T) {
+	zeroDone := make(chan struct{})
 	ranktest.RunConfig(t, 2, ranktest.Config{Timeout: 300 * time.Millisecond}, func(t *ranktest.T, c *mp.Comm) {
 		if c.Rank() == 1 {
-			time.Sleep(time.Second) // posts nothing, sends nothing
+			<-zeroDone // posts nothing, sends nothing, until rank 0 has seen all it must
 			return
 		}
+		defer close(zeroDone)
 		buf := make([]int32, 10)
 		req, irecvLine := mp.Irecv(c, buf, 1, 5), line()
 		start := time.Now()

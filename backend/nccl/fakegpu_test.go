@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -71,17 +72,41 @@ func TestFakeGPU(t *testing.T) {
 	// short form (see TestFakeGPUChildConformance) and under the race
 	// detector (about 3 minutes in each there; every configuration runs it
 	// in CI's plain test step).
-	secondSkip := ""
-	if raceEnabled || !testscope.Full() {
-		secondSkip = "^TestFakeGPUChildConformance$"
+	//
+	// The children wait more than they compute (connections, rendezvous,
+	// the fake's streams), so they run side by side, the conformance suite
+	// in children of its own; each child still runs its tests one at a
+	// time, as they set the fake's variables.
+	type config struct{ blocking, noMemOps, events, shared string }
+	first := config{}
+	second := config{blocking: "0", noMemOps: "1", shared: "0"}
+	// Blocking communicators with events (the seal recorded in the
+	// launch's C call).
+	third := config{events: "1"}
+	const conformance = "^TestFakeGPUChildConformance$"
+	// Its two halves, in children of their own.
+	const checked, unchecked = conformance + "/^checked$", conformance + "/^unchecked$"
+	type child struct {
+		tests, skip string
+		config
 	}
-	for _, run := range []struct{ tests, skip, blocking, noMemOps, events, shared string }{
-		{"^TestFakeGPUChild", "", "", "", "", ""},
-		{"^TestFakeGPUChild", secondSkip, "0", "1", "", "0"},
-		// Blocking communicators with events (the seal recorded in the
-		// launch's C call).
-		{"^TestFakeGPUChild(Device|Allocs)$", "", "", "", "1", ""},
-	} {
+	children := []child{
+		{checked, "", first},
+		{"^TestFakeGPUChild", conformance, first},
+		{"^TestFakeGPUChild", conformance, second},
+		{"^TestFakeGPUChild(Device|Allocs)$", "", third},
+	}
+	if testscope.Full() {
+		children = append(children, child{unchecked, "", first})
+		if !raceEnabled {
+			children = append(children, child{checked, "", second}, child{unchecked, "", second})
+		}
+	}
+	outs := make([][]byte, len(children))
+	errs := make([]error, len(children))
+	slots := make(chan struct{}, fakeGPUChildren)
+	var wg sync.WaitGroup
+	for i, run := range children {
 		args := []string{"-test.run=" + run.tests, "-test.skip=" + run.skip, "-test.count=1", "-test.timeout=10m"}
 		if testing.Verbose() {
 			args = append(args, "-test.v")
@@ -89,15 +114,26 @@ func TestFakeGPU(t *testing.T) {
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=",
 			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps, EventsEnv+"="+run.events, SharedStreamEnv+"="+run.shared)
-		out, err = cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q, %s=%q, %s=%q): %v\n%s", BlockingEnv, run.blocking, run.noMemOps, EventsEnv, run.events, SharedStreamEnv, run.shared, err, out)
-		}
-		if testing.Verbose() {
-			t.Logf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q):\n%s", BlockingEnv, run.blocking, run.noMemOps, out)
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			outs[i], errs[i] = cmd.CombinedOutput()
+		})
+	}
+	wg.Wait()
+	for i, run := range children {
+		what := fmt.Sprintf("the child (-test.run=%s -test.skip=%s, %s=%q, FAKEGPU_NO_MEMOPS=%q, %s=%q, %s=%q)",
+			run.tests, run.skip, BlockingEnv, run.blocking, run.noMemOps, EventsEnv, run.events, SharedStreamEnv, run.shared)
+		if errs[i] != nil {
+			t.Errorf("%s: %v\n%s", what, errs[i], outs[i])
+		} else if testing.Verbose() {
+			t.Logf("%s:\n%s", what, outs[i])
 		}
 	}
 }
+
+// fakeGPUChildren bounds the child processes TestFakeGPU runs at once.
+const fakeGPUChildren = 3
 
 // fakeGPUChild skips t unless this is the child, and checks that the
 // fake is what got loaded.

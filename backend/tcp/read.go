@@ -212,6 +212,13 @@ func (rd *reader) drain(p *engine.Peer, waiter bool) (bool, error) {
 		var ok bool
 		var err error
 		if rd.bye {
+			if rd.rc == nil && did {
+				// Without a descriptor the read below blocks until the
+				// stream ends, which may wait for this rank's own Close:
+				// the reader goroutine first sees the goodbye it has just
+				// handed over (and ends, if this rank is closing too).
+				break
+			}
 			// Only the stream's end may follow BYE.
 			if ok, err = rd.fill(); ok {
 				err = fmt.Errorf("%w: rank %d sent bytes after its goodbye", engine.ErrFrame, p.Rank())
