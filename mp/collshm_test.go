@@ -402,3 +402,24 @@ func TestLargeCollectiveAllocsAcrossGC(t *testing.T) {
 	// One scratch buffer allocated again would be ≥ 1 MiB.
 	assert.Less(t, bytes, uint64(1<<20), "%d bytes allocated in %d calls, each after a collection", bytes, iters)
 }
+
+// TestSharedBcastAfterRootLeft: a Bcast's root writes its part and may
+// return and close before the other ranks read it (as over buffered
+// messages): a rank that calls the Bcast only after every other rank has
+// closed still gets the data, and its own collectives that need a rank
+// that left end with ErrPeerLost, not a transport that has gone.
+func TestSharedBcastAfterRootLeft(t *testing.T) {
+	comms := openRanks(t, 2, "host")
+	v := []float64{42, 43}
+	require.NoError(t, mp.Bcast(comms[0], v, 0))
+	t0 := time.Now()
+	require.NoError(t, comms[0].Close())
+	t.Logf("root closed in %v", time.Since(t0))
+	got := make([]float64, 2)
+	require.NoError(t, mp.Bcast(comms[1], got, 0), "the root's part was written before it closed")
+	assert.Equal(t, v, got)
+	t0 = time.Now()
+	err := mp.Bcast(comms[1], got, 0)
+	t.Logf("second Bcast in %v: %v", time.Since(t0), err)
+	require.ErrorIs(t, err, mp.ErrPeerLost, "a second Bcast waits for a root that has gone")
+}

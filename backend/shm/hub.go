@@ -31,6 +31,7 @@ type Hub struct {
 	live     atomic.Int32 // links not yet killed
 	stop     chan struct{}
 	kick     chan struct{} // capacity 1: ends the progress goroutine's tick (SpinEnd)
+	endOnce  sync.Once
 
 	// Ring memory is unmapped only when nothing can touch it: every user
 	// of it counts itself in active, and after closed is set nobody new
@@ -158,16 +159,26 @@ func (h *Hub) progress() {
 	}
 }
 
-// linkDone counts a killed link; after the last, the progress goroutine
-// ends.
+// linkDone counts an ended link. After the last, once this rank is
+// closing, the progress goroutine ends and the memory is unmapped: not
+// before, since the peers' collective areas stay readable after they
+// leave (a Bcast's root may close before the others read its part), and
+// this rank's collectives learn of a departed writer from its link.
 func (h *Hub) linkDone() {
-	if h.live.Add(-1) == 0 {
+	if h.live.Add(-1) == 0 && h.e.Closing() {
+		h.end()
+	}
+}
+
+// end stops the progress goroutine, which unmaps the memory; once.
+func (h *Hub) end() {
+	h.endOnce.Do(func() {
 		close(h.stop)
 		if h.enter() {
 			h.bell.Ring()
 			h.exit()
 		}
-	}
+	})
 }
 
 // unmap releases the inbox and the peers' segments once the watchers have
