@@ -199,9 +199,15 @@ func (c *conn) postOn(recv bool, buf backend.Buffer, peer, tag int, caller uintp
 	if err != nil {
 		return nil, err
 	}
+	return c.streamWaits(r, s)
+}
+
+// streamWaits makes s wait on the GPU for r, just posted, and returns r;
+// an error when r is not on the GPU in time for the stream to wait for
+// it (r then is not handed out).
+func (c *conn) streamWaits(r backend.Request, s *cuda.Stream) (backend.Request, error) {
 	q := r.(*request)
 	if err := c.waitOn(q, s); err != nil && !q.done.Load() {
-		// Not on the GPU in time: the stream would not wait for it.
 		return nil, err
 	}
 	return r, nil
@@ -251,12 +257,7 @@ func (c *conn) CollectiveOn(co backend.Coll, s backend.Stream) (backend.Request,
 	if err != nil {
 		return nil, err
 	}
-	q := r.(*request)
-	if err := c.waitOn(q, cs); err != nil && !q.done.Load() {
-		// Not on the GPU in time: the stream would not wait for it.
-		return nil, err
-	}
-	return r, nil
+	return c.streamWaits(r, cs)
 }
 
 // followWorld makes the stream of the channel of every rank wait for the
