@@ -94,3 +94,23 @@ type StreamConn interface {
 	IsendOn(buf Buffer, dest, tag int, caller uintptr, s Stream) (Request, error)
 	IrecvOn(buf Buffer, source, tag int, caller uintptr, s Stream) (Request, error)
 }
+
+// StreamCollectives is an optional Conn capability: collectives ordered on
+// the caller's stream, as if the collective were a kernel queued on it
+// (mp's IallreduceOnStream and the other …OnStream collectives).
+//
+// CollectiveOn starts collective c so that, on the GPU, it begins after
+// the work queued on s before the call, and the work queued on s after
+// the call begins once this rank's part is done (c.Recv holds the result,
+// c.Send may be overwritten). The CPU does not wait for the collective:
+// the call returns once it is on the GPU. The request still reports
+// completion and errors through Test and Wait. Package mp calls it as it
+// calls Collectives.Collective (in the collectives' order, checks done,
+// more than one rank, something to move) with device buffers and a live
+// stream on their device. A buffer or stream the transport cannot order on
+// s is an error matching ErrInvalid; a collective it does not run itself
+// (see Collectives) is ErrSkip, and package mp then synchronizes s and
+// runs it as a blocking collective, as it does without this capability.
+type StreamCollectives interface {
+	CollectiveOn(c Coll, s Stream) (Request, error)
+}

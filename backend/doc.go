@@ -43,6 +43,10 @@
 //   - [StreamConn], on a Conn: sends and receives ordered on a CUDA
 //     [Stream] (mp's IsendOnStream and IrecvOnStream). Without it, mp
 //     synchronizes the stream and sends or receives with Isend or Irecv.
+//   - [StreamCollectives], on a Conn: collectives ordered on a CUDA
+//     [Stream] (mp's IallreduceOnStream and the other …OnStream
+//     collectives). Without it, or with [ErrSkip], mp synchronizes the
+//     stream and runs the collective as a blocking one.
 //   - [StreamWaiter], on a Request: a CUDA stream made to wait for the
 //     operation on the GPU (mp's Request.WaitOn). Without it, or with an
 //     error matching ErrNotSupported, mp waits for the operation on the CPU.
@@ -66,7 +70,7 @@
 //	dtype.go     DType, the element types
 //	coll.go      the collectives: CollKind, ReduceOp, Coll, Collectives, ErrSkip
 //	device.go    the GPU side: PickDevice, Stream, DeviceConn, StreamWaiter,
-//	             StreamConn
+//	             StreamConn, StreamCollectives
 //	errors.go    the sentinel errors (internal/errs's values), ErrPeerClosed and LostError
 //	registry.go  Register, Lookup, Drivers
 package backend

@@ -262,6 +262,7 @@ func TestSentinels(t *testing.T) {
 	wrong := jobs[1]
 	wrong.Size = 2
 	_, err = Connect(ctx, wrong)
+	cancel() // no rank left to come: rank 0 stops waiting for late ones (TestSizeMismatch)
 	wg.Wait()
 	wantErr(t, "size mismatch", err, []error{ErrRefused, errs.ErrInvalid}, "size mismatch")
 	wantErr(t, "rank 0", err0, []error{ErrRefused, errs.ErrInvalid}, "size mismatch")
@@ -313,9 +314,11 @@ func TestLateRankLearnsFailure(t *testing.T) {
 	jobs := newJobs(t, 3, "s3cret")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	ctx0, cancel0 := context.WithCancel(ctx)
+	defer cancel0()
 	var err0 error
 	var wg sync.WaitGroup
-	wg.Go(func() { _, err0 = Connect(ctx, jobs[0]) })
+	wg.Go(func() { _, err0 = Connect(ctx0, jobs[0]) })
 	wrong := jobs[1]
 	wrong.Size = 4
 	_, err := join(ctx, wrong, wrong.Key)
@@ -326,6 +329,7 @@ func TestLateRankLearnsFailure(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("rank 2 learnt after %v", d)
 	}
+	cancel0() // every rank has come: rank 0 need not wait for more (failLinger)
 	wg.Wait()
 	wantErr(t, "rank 0", err0, []error{ErrRefused}, "size mismatch")
 }

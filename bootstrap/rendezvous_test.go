@@ -360,10 +360,15 @@ func TestDuplicateRank(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 
+			// Rank 0 has a context of its own: once the twin is refused,
+			// no rank is left to come, so it ends rank 0's wait for late
+			// ranks (failLinger).
+			ctx0, cancel0 := context.WithCancel(ctx)
+			defer cancel0()
 			var err0 error
 			var wg sync.WaitGroup
 			wg.Go(func() {
-				ex, err := Connect(ctx, jobs[0])
+				ex, err := Connect(ctx0, jobs[0])
 				if err == nil {
 					ex.Close()
 				}
@@ -380,6 +385,7 @@ func TestDuplicateRank(t *testing.T) {
 			_, err = join(ctx, twin, twin.Key)
 			text := fmt.Sprintf("rank %d joined twice", dup)
 			wantErr(t, "the twin", err, []error{ErrRefused}, text)
+			cancel0()
 			wg.Wait()
 			wantErr(t, "rank 0", err0, []error{ErrRefused}, text)
 
@@ -403,6 +409,10 @@ func TestSizeMismatch(t *testing.T) {
 	wrong := jobs[1]
 	wrong.Size = 3
 	_, err := Connect(ctx, wrong)
+	// Refused, the wrong rank has ended the admission, and no other rank
+	// is coming: the end of rank 0's context ends its wait for late ranks
+	// (failLinger), as it would at the caller's deadline.
+	cancel()
 	wg.Wait()
 	const text = "size mismatch: rank 0 has 4, you said 3"
 	wantErr(t, "rank 1", err, []error{ErrRefused}, text)

@@ -22,9 +22,9 @@ func pair(b *testing.B, backend string) (c0, c1 *mp.Comm) {
 	return c[0], c[1]
 }
 
-// openRanks opens an n-rank job in this process over the named backend;
-// the communicators close when b ends.
-func openRanks(b testing.TB, n int, backend string) []*mp.Comm {
+// openRanks opens an n-rank job in this process over the named backend,
+// with opts; the communicators close when b ends.
+func openRanks(b testing.TB, n int, backend string, opts ...mp.Option) []*mp.Comm {
 	b.Helper()
 	jobs, err := ranktest.Jobs(n)
 	if err != nil {
@@ -39,8 +39,9 @@ func openRanks(b testing.TB, n int, backend string) []*mp.Comm {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			comms[i], errs[i] = mp.Init(ctx, mp.WithJob(jobs[i]), mp.WithBackend(backend),
-				mp.WithTimeout(time.Minute), mp.WithEnv(func(string) string { return "" }))
+			o := append([]mp.Option{mp.WithJob(jobs[i]), mp.WithBackend(backend),
+				mp.WithTimeout(time.Minute), mp.WithEnv(func(string) string { return "" })}, opts...)
+			comms[i], errs[i] = mp.Init(ctx, o...)
 		}()
 	}
 	wg.Wait()

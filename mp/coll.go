@@ -262,6 +262,12 @@ func (c *Comm) runColl(co backend.Coll) error {
 			return err
 		}
 	}
+	return c.runAgreed(co)
+}
+
+// runAgreed runs a validated collective of more than one rank, after the
+// checks (agree) where they are on.
+func (c *Comm) runAgreed(co backend.Coll) error {
 	if co.Send.Count == 0 && co.Recv.Count == 0 {
 		return nil // nothing moves: every rank passes empty buffers
 	}

@@ -128,6 +128,31 @@ func BenchmarkCollSHM(b *testing.B) {
 			})
 		})
 	}
+	// 16 MiB: over the point-to-point path between the ranks' rings.
+	const big = 16 << 20
+	for _, np := range []int{2, 4} {
+		bufs := make([][2][]float32, np)
+		for i := range bufs {
+			bufs[i] = [2][]float32{make([]float32, big/4), make([]float32, big/4)}
+		}
+		b.Run(fmt.Sprintf("Allreduce/np=%d/16MiB", np), func(b *testing.B) {
+			benchCollOn(b, "host", np, big, func(c *mp.Comm) error {
+				s := bufs[c.Rank()]
+				return mp.Allreduce(c, s[0], s[1], mp.Sum)
+			})
+		})
+		b.Run(fmt.Sprintf("Bcast/np=%d/16MiB", np), func(b *testing.B) {
+			benchCollOn(b, "host", np, big, func(c *mp.Comm) error {
+				return mp.Bcast(c, bufs[c.Rank()][0], 0)
+			})
+		})
+		b.Run(fmt.Sprintf("Allgather/np=%d/16MiB", np), func(b *testing.B) {
+			benchCollOn(b, "host", np, big, func(c *mp.Comm) error {
+				s := bufs[c.Rank()]
+				return mp.Allgather(c, s[0][:big/4/np], s[1])
+			})
+		})
+	}
 }
 
 // BenchmarkScan compares Scan's two algorithms (float64 Sum) over

@@ -314,6 +314,18 @@ func TestSharedCollectiveMismatch(t *testing.T) {
 	})
 }
 
+// TestSharedBcastRootsDisagree: two ranks that each take the other for a
+// Bcast's root both wait for a slot the other never fills; each sees the
+// other pass the call and fails with ErrMismatch, not a timeout.
+func TestSharedBcastRootsDisagree(t *testing.T) {
+	ranktest.RunConfig(t, 2, ranktest.Config{Backend: "host", Options: []mp.Option{mp.WithTimeout(10 * time.Second)}}, func(rt *ranktest.T, c *mp.Comm) {
+		v := []float64{1}
+		err := mp.Bcast(c, v, 1-c.Rank())
+		require.ErrorIs(rt, err, mp.ErrMismatch)
+		require.ErrorContains(rt, err, "contributes nothing")
+	})
+}
+
 // TestSharedCollectiveTimeout: a rank that never calls the collective
 // makes the others' calls end with ErrTimeout, listing the collective,
 // once the communicator's timeout passes.
@@ -351,4 +363,63 @@ func TestSharedCollectiveTimeout(t *testing.T) {
 		assert.Less(rt, took, timeout+2*time.Second)
 	})
 	assert.Positive(t, timedOut, "no rank timed out")
+}
+
+// TestLargeCollectiveAllocsAcrossGC: a large Allreduce over point-to-point
+// messages borrows megabytes of scratch; garbage collections between the
+// calls (which empty sync.Pools) must not make it allocate them again.
+func TestLargeCollectiveAllocsAcrossGC(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates")
+	}
+	const np, n, iters = 2, 1 << 19, 40 // 2 MiB of float32
+	comms := openRanks(t, np, "tcp")
+	bufs := make([][2][]float32, np)
+	for i := range bufs {
+		bufs[i] = [2][]float32{make([]float32, n), make([]float32, n)}
+	}
+	call := func() {
+		errs := onAll(comms, func(c *mp.Comm) error {
+			b := bufs[c.Rank()]
+			return mp.Allreduce(c, b[0], b[1], mp.Sum)
+		})
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d", r)
+		}
+	}
+	for range 5 {
+		call() // warm-up
+	}
+	var before, after runtime.MemStats
+	var bytes uint64
+	for range iters {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		call()
+		runtime.ReadMemStats(&after)
+		bytes += after.TotalAlloc - before.TotalAlloc
+	}
+	// One scratch buffer allocated again would be ≥ 1 MiB.
+	assert.Less(t, bytes, uint64(1<<20), "%d bytes allocated in %d calls, each after a collection", bytes, iters)
+}
+
+// TestSharedBcastAfterRootLeft: a Bcast's root writes its part and may
+// return and close before the other ranks read it (as over buffered
+// messages): a rank that calls the Bcast only after every other rank has
+// closed still gets the data, and its own collectives that need a rank
+// that left end with ErrPeerLost, not a transport that has gone.
+func TestSharedBcastAfterRootLeft(t *testing.T) {
+	comms := openRanks(t, 2, "host")
+	v := []float64{42, 43}
+	require.NoError(t, mp.Bcast(comms[0], v, 0))
+	t0 := time.Now()
+	require.NoError(t, comms[0].Close())
+	t.Logf("root closed in %v", time.Since(t0))
+	got := make([]float64, 2)
+	require.NoError(t, mp.Bcast(comms[1], got, 0), "the root's part was written before it closed")
+	assert.Equal(t, v, got)
+	t0 = time.Now()
+	err := mp.Bcast(comms[1], got, 0)
+	t.Logf("second Bcast in %v: %v", time.Since(t0), err)
+	require.ErrorIs(t, err, mp.ErrPeerLost, "a second Bcast waits for a root that has gone")
 }

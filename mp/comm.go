@@ -426,6 +426,11 @@ func (c *Comm) Checked() bool { return c != nil && c.check }
 // this process (MPI cannot start again afterwards), and does nothing
 // otherwise; its error is joined to the backend's. Close of a derived
 // communicator leaves the world, and every other communicator, working.
+//
+// With checks on (COURIER_CHECK=1), messages that arrived here and that no
+// receive took are an error: Close still closes, and returns an error
+// matching ErrMismatch that lists them (sender, tag, count and type), since
+// a program that sends what it never receives is not valid MPI.
 func (c *Comm) Close() error {
 	if c == nil {
 		return nil
@@ -433,7 +438,8 @@ func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
 		c.untrack()
 		c.closeColl()
-		err := c.conn.Close()
+		unreceived := c.unreceived()
+		err := errors.Join(unreceived, c.conn.Close())
 		c.waitColl()
 		if c.parent != nil {
 			c.fam.closed(c)
@@ -465,4 +471,28 @@ func (c *Comm) Abort(err error) {
 		err = errors.New("aborted by the program")
 	}
 	c.conn.Abort(fmt.Errorf("%w: %w", ErrAborted, err))
+}
+
+// unreceived is Close's check: with checks on, an error listing the
+// messages of the program's tags that arrived and that no receive took;
+// nil otherwise, or where the transport cannot list them.
+func (c *Comm) unreceived() error {
+	if !c.check {
+		return nil
+	}
+	a, ok := c.conn.(interface{ Arrived() []backend.OpInfo })
+	if !ok {
+		return nil
+	}
+	var lines []string
+	for _, m := range a.Arrived() {
+		if m.Tag >= 0 {
+			lines = append(lines, fmt.Sprintf("from rank %d, tag %d, %d × %v", m.Peer, m.Tag, m.Count, m.Type))
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d message(s) sent to rank %d were never received (checks are on):\n\t%s",
+		ErrMismatch, len(lines), c.rank, strings.Join(lines, "\n\t"))
 }

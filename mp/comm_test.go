@@ -80,11 +80,13 @@ func TestSingleRankSelfMessages(t *testing.T) {
 }
 
 func TestTimeoutReportsPendingOperations(t *testing.T) {
+	zeroDone := make(chan struct{})
 	ranktest.RunConfig(t, 2, ranktest.Config{Timeout: 300 * time.Millisecond}, func(t *ranktest.T, c *mp.Comm) {
 		if c.Rank() == 1 {
-			time.Sleep(time.Second) // posts nothing, sends nothing
+			<-zeroDone // posts nothing, sends nothing, until rank 0 has seen all it must
 			return
 		}
+		defer close(zeroDone)
 		buf := make([]int32, 10)
 		req, irecvLine := mp.Irecv(c, buf, 1, 5), line()
 		start := time.Now()
@@ -156,4 +158,30 @@ func line() int {
 func thisFile() string {
 	_, f, _, _ := runtime.Caller(0)
 	return f
+}
+
+// TestCloseReportsUnreceived: with checks on, a message that arrived and
+// that no receive took makes Close fail with ErrMismatch naming it (Close
+// still closes); without checks Close says nothing.
+func TestCloseReportsUnreceived(t *testing.T) {
+	for _, check := range []bool{true, false} {
+		t.Run(fmt.Sprintf("check=%v", check), func(t *testing.T) {
+			comms := openRanks(t, 2, "tcp", mp.WithCheck(check))
+			require.NoError(t, mp.Send(comms[0], []int32{1, 2, 3}, 1, 7))
+			// The message is in rank 1's queue once a probe finds it.
+			_, err := mp.Probe(comms[1], 0, 7)
+			require.NoError(t, err)
+			errs := onAll(comms, (*mp.Comm).Close) // at once: neither waits for the other's goodbye
+			require.NoError(t, errs[0])
+			err = errs[1]
+			if !check {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, mp.ErrMismatch)
+			require.ErrorContains(t, err, "from rank 0, tag 7, 3 × int32")
+			require.ErrorIs(t, comms[1].Close(), mp.ErrMismatch, "Close returns the same error again")
+			require.ErrorIs(t, mp.Send(comms[1], []int32{1}, 0, 0), mp.ErrClosed)
+		})
+	}
 }

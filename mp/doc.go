@@ -170,8 +170,9 @@
 // there. A wait that passes the timeout aborts only the communicator it
 // waited on. On the host backend a derived communicator's collectives run
 // over point-to-point messages (the shared-memory collectives serve the
-// world). The host backends (host, tcp) have sub-communicators; on nccl,
-// Split and Dup fail with ErrNotSupported.
+// world). Every backend has sub-communicators; on nccl a derived
+// communicator has NCCL communicators of its own, its collectives among
+// them (see Split).
 //
 // # Go values
 //
@@ -195,5 +196,10 @@
 // and count with the sender's before the data moves (a mismatch is an
 // error naming both ranks). Request.WaitOn makes a CUDA stream wait for an
 // operation on the GPU; IsendOnStream and IrecvOnStream order a message on
-// a stream, as if it were a kernel queued there.
+// a stream, as if it were a kernel queued there, and IbcastOnStream,
+// IreduceOnStream, IallreduceOnStream, IallgatherOnStream,
+// IreduceScatterOnStream and IalltoallOnStream a collective: a training
+// step queues its backward kernels, the gradients' all-reduce and the
+// optimizer's kernels on one stream, and the CPU waits for none of them
+// (see IallreduceOnStream).
 package mp

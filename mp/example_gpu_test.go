@@ -80,3 +80,52 @@ func ExampleIsendOnStream() {
 		log.Fatal(err)
 	}
 }
+
+// A training step ordered on one stream, with no CPU wait between its
+// parts: the gradients are produced on s (here a copy stands for the
+// backward kernel), summed over the ranks on the GPU after it, and the
+// copy queued next (the optimizer's kernel) reads the sum. The CPU queues
+// every step without waiting, and waits at the end, for the requests (their
+// errors) and the stream. (Not run here: it needs
+// GPUs, e.g. mpirun -np 2 with COURIER_BACKEND=nccl; on one rank, or on
+// the tcp backend, it runs too, the CPU then waiting for the stream.)
+func ExampleIallreduceOnStream() {
+	comm, err := mp.Init(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer comm.Close()
+	dev, err := comm.Device()
+	if err != nil {
+		log.Fatal(err)
+	}
+	const n = 1 << 20
+	local, _ := cuda.Alloc[float32](dev, n) // this rank's gradients, as computed
+	grads, _ := cuda.Alloc[float32](dev, n)
+	params, _ := cuda.Alloc[float32](dev, n)
+	defer local.Free()
+	defer grads.Free()
+	defer params.Free()
+	s, err := cuda.NewStream(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Destroy()
+
+	var reqs []*mp.Request
+	for step := 0; step < 3; step++ {
+		cuda.CopyDeviceAsync(grads, local, s) // the backward kernel writes grads on s
+		req, err := mp.IallreduceOnStream(comm, grads, grads, mp.Sum, s)
+		if err != nil {
+			log.Fatal(err)
+		}
+		reqs = append(reqs, req)
+		cuda.CopyDeviceAsync(params, grads, s) // the optimizer's kernel: runs after the sum
+	}
+	if err := mp.WaitAll(reqs...); err != nil {
+		log.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		log.Fatal(err)
+	}
+}

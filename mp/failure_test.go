@@ -136,14 +136,25 @@ func TestInitErrorsMatchSentinels(t *testing.T) {
 	wrong := jobs[1]
 	wrong.Size = 3
 	errs := make([]error, 2)
+	// Once the wrong rank is refused, no rank is left to come: the end of
+	// rank 0's context ends its wait for late ones.
+	ctx0, cancel0 := context.WithCancel(ctx)
+	defer cancel0()
 	var wg sync.WaitGroup
 	for r, j := range []bootstrap.Job{jobs[0], wrong} {
 		wg.Go(func() {
-			c, err := mp.Init(ctx, mp.WithJob(j), mp.WithBackend("tcp"), mp.WithEnv(func(string) string { return "" }))
+			ictx := ctx
+			if r == 0 {
+				ictx = ctx0
+			}
+			c, err := mp.Init(ictx, mp.WithJob(j), mp.WithBackend("tcp"), mp.WithEnv(func(string) string { return "" }))
 			if err == nil {
 				c.Close()
 			}
 			errs[r] = err
+			if r == 1 {
+				cancel0()
+			}
 		})
 	}
 	wg.Wait()

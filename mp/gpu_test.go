@@ -31,6 +31,23 @@ func TestStreamCallsRefuseBadInput(t *testing.T) {
 				t.Errorf("%s: %v, want an OpError matching ErrInvalid or ErrNotSupported", name, err)
 			}
 		}
+		// The stream-ordered collectives refuse at once, with no request.
+		dead := new(cuda.Stream)
+		for name, call := range map[string]func() (*mp.Request, error){
+			"IbcastOnStream, nil stream":          func() (*mp.Request, error) { return mp.IbcastOnStream(c, none, 0, nil) },
+			"IbcastOnStream, bad root":            func() (*mp.Request, error) { return mp.IbcastOnStream(c, none, 2, dead) },
+			"IreduceOnStream, no operator":        func() (*mp.Request, error) { return mp.IreduceOnStream(c, none, none, 0, 0, dead) },
+			"IallreduceOnStream, destroyed":       func() (*mp.Request, error) { return mp.IallreduceOnStream(c, none, none, mp.Sum, dead) },
+			"IallreduceOnStream, nil comm":        func() (*mp.Request, error) { return mp.IallreduceOnStream(nil, none, none, mp.Sum, dead) },
+			"IallgatherOnStream, nil stream":      func() (*mp.Request, error) { return mp.IallgatherOnStream(c, none, none, nil) },
+			"IreduceScatterOnStream, nil stream":  func() (*mp.Request, error) { return mp.IreduceScatterOnStream(c, none, none, mp.Max, nil) },
+			"IalltoallOnStream, destroyed stream": func() (*mp.Request, error) { return mp.IalltoallOnStream(c, none, none, new(cuda.Stream)) },
+		} {
+			q, err := call()
+			if _, ok := errors.AsType[*mp.OpError](err); !ok || !errors.Is(err, mp.ErrInvalid) || q != nil {
+				t.Errorf("%s: %v, %v; want no request and an OpError matching ErrInvalid", name, q, err)
+			}
+		}
 		// A request waited for on a nil stream: ErrInvalid, and the
 		// request is still usable.
 		buf := []int32{1, 2, 3}

@@ -365,12 +365,18 @@ func TestIcollPeerLeaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comms[1].Close()
+	// A rank's Close waits (up to the linger) for its peers' goodbyes: each
+	// closing rank here is let go by its peer's Close once its requests
+	// have ended.
+	closed := make(chan error, 1)
+	go func() { closed <- comms[1].Close() }()
 	for i, q := range []*mp.Request{r1, r2} {
 		if _, err := q.Wait(); !errors.Is(err, mp.ErrPeerLost) {
 			t.Errorf("request %d after the peer left: %v, want ErrPeerLost", i, err)
 		}
 	}
+	comms[0].Close()
+	<-closed
 
 	comms = openRanks(t, 2, "tcp")
 	r3, err := mp.Iallreduce(comms[0], buf, buf, mp.Sum)
@@ -381,10 +387,12 @@ func TestIcollPeerLeaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comms[0].Close() // joins the worker: no goroutine left
+	go func() { closed <- comms[0].Close() }() // joins the worker: no goroutine left
 	for i, q := range []*mp.Request{r3, r4} {
 		if _, err := q.Wait(); !errors.Is(err, mp.ErrClosed) {
 			t.Errorf("request %d after Close: %v, want ErrClosed", i, err)
 		}
 	}
+	comms[1].Close()
+	<-closed
 }

@@ -16,12 +16,14 @@ import (
 // and the rank it waits for, never as the library's tags.
 
 // What a communicator's collective in its turn was called as (collCall):
-// a backend.CollKind, with collNonblocking for the I… form, or Split or
-// Dup; zero before the first.
+// a backend.CollKind, with collNonblocking for the I… form (and
+// collOnStream as well for the I…OnStream form), or Split or Dup; zero
+// before the first.
 const (
 	collNonblocking = 1 << 8
 	collSplit       = 1 << 9
 	collDup         = 1<<9 | 1
+	collOnStream    = 1 << 10
 )
 
 // derivedCall is the collCall of Split's or Dup's allgather.
@@ -48,7 +50,7 @@ func collCallName(call uint32) string {
 	case collDup:
 		return "Dup"
 	}
-	k := call &^ collNonblocking
+	k := call &^ (collNonblocking | collOnStream)
 	if k == 0 || int(k) >= len(callNames) || callNames[k] == "" {
 		return "a collective"
 	}
@@ -57,6 +59,9 @@ func collCallName(call uint32) string {
 		r := []rune(name)
 		r[0] = unicode.ToLower(r[0])
 		name = "I" + string(r)
+	}
+	if call&collOnStream != 0 {
+		name += "OnStream"
 	}
 	return name
 }
@@ -110,7 +115,7 @@ func (c *Comm) describeOp(p backend.OpInfo) string {
 	// A collective the transport runs itself ("allreduce (shared memory)").
 	name := p.Op
 	if call := c.collCall.Load(); call&collSplit == 0 {
-		k := backend.CollKind(call &^ collNonblocking)
+		k := backend.CollKind(call &^ (collNonblocking | collOnStream))
 		if first, rest, _ := strings.Cut(p.Op, " "); k != 0 && first == k.String() {
 			name = strings.TrimSpace(collCallName(call) + " " + rest)
 		}

@@ -40,7 +40,8 @@ type Buffer interface {
 
 // DeviceBuffer is the set of device buffers: a cuda.Slice of any element
 // type Buffer admits. The stream-ordered calls (IsendOnStream,
-// IrecvOnStream) take only these.
+// IrecvOnStream, IallreduceOnStream and the other …OnStream collectives)
+// take only these.
 type DeviceBuffer interface {
 	cuda.Slice[int8] | cuda.Slice[uint8] | cuda.Slice[int16] | cuda.Slice[uint16] |
 		cuda.Slice[int32] | cuda.Slice[uint32] | cuda.Slice[int64] | cuda.Slice[uint64] |

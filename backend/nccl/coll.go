@@ -24,16 +24,8 @@ import (
 // communicator opened without the communicator of every rank
 // (CollectivesEnv=0, or one rank).
 func (c *conn) Collective(co backend.Coll) (backend.Request, error) {
-	if !c.world || co.Kind == backend.Barrier {
+	if !c.runsColl(co) {
 		return nil, backend.ErrSkip
-	}
-	if co.Kind < backend.Bcast || co.Kind > backend.Alltoall {
-		return nil, backend.ErrSkip
-	}
-	if co.Kind.Reduces() {
-		if _, _, ok := collType(co.Send.Type, co.Send.Count, true, co.Op); !ok {
-			return nil, backend.ErrSkip
-		}
 	}
 	for _, b := range []backend.Buffer{co.Send, co.Recv} {
 		if err := c.validate(b); err != nil {
@@ -63,4 +55,17 @@ func (c *conn) Collective(co backend.Coll) (backend.Request, error) {
 	}
 	c.queue = append(c.queue, r)
 	return r, nil
+}
+
+// runsColl reports whether NCCL runs co on this communicator (see
+// Collective for what it leaves to package mp).
+func (c *conn) runsColl(co backend.Coll) bool {
+	if !c.world || co.Kind < backend.Bcast || co.Kind > backend.Alltoall {
+		return false // (Barrier is past Alltoall)
+	}
+	if co.Kind.Reduces() {
+		_, _, ok := collType(co.Send.Type, co.Send.Count, true, co.Op)
+		return ok
+	}
+	return true
 }

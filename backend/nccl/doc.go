@@ -57,7 +57,10 @@
 //   - A rank that closes, aborts or dies is noticed through the host
 //     connection: operations with it end with ErrPeerLost (what it sent
 //     before leaving can still be received).
-//   - WaitOn makes a CUDA stream wait for a request on the GPU.
+//   - WaitOn makes a CUDA stream wait for a request on the GPU; IsendOn,
+//     IrecvOn and CollectiveOn order an operation on the caller's stream
+//     (the channel's stream waits for an event recorded on it, and it for
+//     the operation), without a CPU wait.
 //
 // # Derived communicators
 //
@@ -104,7 +107,7 @@ package nccl
 //	shrink.go            Revoke and Lost (Shrink): the host connection revoked, every channel failed; the survivors' communicator made by Split
 //	family.go            the world and its derived communicators: flushed together, ended with the world
 //	coll.go              Collective: NCCL's collectives on the communicator of every rank
-//	waiton.go            the caller's CUDA streams: WaitOn, IsendOn and IrecvOn
+//	waiton.go            the caller's CUDA streams: WaitOn, IsendOn, IrecvOn and CollectiveOn
 //	failure.go           failure: a channel failed and aborted, a rank lost, Abort
 //	close.go             Close
 //	connect.go           first contact on every channel, and the background connection of the communicator of every rank
@@ -150,4 +153,6 @@ package nccl
 // driver and NCCL (testdata/fakegpu.c); gpu_test.go needs GPUs;
 // overhead_test.go, overhead_ext_test.go and share_test.go measure and check
 // the communicator's own costs and the shared stream's rule; split_test.go
-// checks derived communicators on the fake engine.
+// checks derived communicators on the fake engine; collstream_ext_test.go
+// checks the stream-ordered collectives through mp on the fake GPU and on
+// GPUs.

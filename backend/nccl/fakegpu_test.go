@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -71,17 +72,41 @@ func TestFakeGPU(t *testing.T) {
 	// short form (see TestFakeGPUChildConformance) and under the race
 	// detector (about 3 minutes in each there; every configuration runs it
 	// in CI's plain test step).
-	secondSkip := ""
-	if raceEnabled || !testscope.Full() {
-		secondSkip = "^TestFakeGPUChildConformance$"
+	//
+	// The children wait more than they compute (connections, rendezvous,
+	// the fake's streams), so they run side by side, the conformance suite
+	// in children of its own; each child still runs its tests one at a
+	// time, as they set the fake's variables.
+	type config struct{ blocking, noMemOps, events, shared string }
+	first := config{}
+	second := config{blocking: "0", noMemOps: "1", shared: "0"}
+	// Blocking communicators with events (the seal recorded in the
+	// launch's C call).
+	third := config{events: "1"}
+	const conformance = "^TestFakeGPUChildConformance$"
+	// Its two halves, in children of their own.
+	const checked, unchecked = conformance + "/^checked$", conformance + "/^unchecked$"
+	type child struct {
+		tests, skip string
+		config
 	}
-	for _, run := range []struct{ tests, skip, blocking, noMemOps, events, shared string }{
-		{"^TestFakeGPUChild", "", "", "", "", ""},
-		{"^TestFakeGPUChild", secondSkip, "0", "1", "", "0"},
-		// Blocking communicators with events (the seal recorded in the
-		// launch's C call).
-		{"^TestFakeGPUChild(Device|Allocs)$", "", "", "", "1", ""},
-	} {
+	children := []child{
+		{checked, "", first},
+		{"^TestFakeGPUChild", conformance, first},
+		{"^TestFakeGPUChild", conformance, second},
+		{"^TestFakeGPUChild(Device|Allocs)$", "", third},
+	}
+	if testscope.Full() {
+		children = append(children, child{unchecked, "", first})
+		if !raceEnabled {
+			children = append(children, child{checked, "", second}, child{unchecked, "", second})
+		}
+	}
+	outs := make([][]byte, len(children))
+	errs := make([]error, len(children))
+	slots := make(chan struct{}, fakeGPUChildren)
+	var wg sync.WaitGroup
+	for i, run := range children {
 		args := []string{"-test.run=" + run.tests, "-test.skip=" + run.skip, "-test.count=1", "-test.timeout=10m"}
 		if testing.Verbose() {
 			args = append(args, "-test.v")
@@ -89,15 +114,26 @@ func TestFakeGPU(t *testing.T) {
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=",
 			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps, EventsEnv+"="+run.events, SharedStreamEnv+"="+run.shared)
-		out, err = cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q, %s=%q, %s=%q): %v\n%s", BlockingEnv, run.blocking, run.noMemOps, EventsEnv, run.events, SharedStreamEnv, run.shared, err, out)
-		}
-		if testing.Verbose() {
-			t.Logf("the child (%s=%q, FAKEGPU_NO_MEMOPS=%q):\n%s", BlockingEnv, run.blocking, run.noMemOps, out)
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			outs[i], errs[i] = cmd.CombinedOutput()
+		})
+	}
+	wg.Wait()
+	for i, run := range children {
+		what := fmt.Sprintf("the child (-test.run=%s -test.skip=%s, %s=%q, FAKEGPU_NO_MEMOPS=%q, %s=%q, %s=%q)",
+			run.tests, run.skip, BlockingEnv, run.blocking, run.noMemOps, EventsEnv, run.events, SharedStreamEnv, run.shared)
+		if errs[i] != nil {
+			t.Errorf("%s: %v\n%s", what, errs[i], outs[i])
+		} else if testing.Verbose() {
+			t.Logf("%s:\n%s", what, outs[i])
 		}
 	}
 }
+
+// fakeGPUChildren bounds the child processes TestFakeGPU runs at once.
+const fakeGPUChildren = 3
 
 // fakeGPUChild skips t unless this is the child, and checks that the
 // fake is what got loaded.
@@ -470,6 +506,9 @@ func TestFakeGPUChildCollectives(t *testing.T) {
 				return
 			}
 			collChecks(t, c)
+			if n == 2 {
+				collOnRefusals(t, c)
+			}
 		})
 	}
 	t.Setenv(CollectivesEnv, "0")
@@ -483,4 +522,60 @@ func TestFakeGPUChildCollectives(t *testing.T) {
 			t.Errorf("rank %d: %s=0: Collective: %v, want ErrSkip", r, CollectivesEnv, err)
 		}
 	})
+}
+
+// otherStream is a backend.Stream that is not a *cuda.Stream.
+type otherStream struct{}
+
+func (otherStream) Handle() uintptr { return 1 }
+
+// collOnRefusals: CollectiveOn refuses what it cannot order on the
+// caller's stream (ErrInvalid: host buffers, a stream of another device
+// or of another kind, none) and hands back what NCCL does not run
+// (ErrSkip), before anything is queued: a collective after them runs.
+func collOnRefusals(t *testing.T, c *conn) {
+	s := mustStream(t, c)
+	d := devDesc(c, devBuf(t, c, 8))
+	d.Type, d.Count = backend.Int32, 2
+	other, err := cuda.NewStream(cuda.Device(1 - c.dev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Destroy()
+	h := bufOf([]int32{1, 2}, backend.Int32)
+	for name, tc := range map[string]struct {
+		co   backend.Coll
+		s    backend.Stream
+		want error
+	}{
+		"host buffers":         {backend.Coll{Kind: backend.Allreduce, Send: h, Recv: h, Op: backend.Sum}, s, backend.ErrInvalid},
+		"another GPU's stream": {backend.Coll{Kind: backend.Allreduce, Send: d, Recv: d, Op: backend.Sum}, other, backend.ErrInvalid},
+		"not a cuda.Stream":    {backend.Coll{Kind: backend.Allreduce, Send: d, Recv: d, Op: backend.Sum}, otherStream{}, backend.ErrInvalid},
+		"no stream":            {backend.Coll{Kind: backend.Allreduce, Send: d, Recv: d, Op: backend.Sum}, new(cuda.Stream), backend.ErrInvalid},
+		"a Barrier":            {backend.Coll{Kind: backend.Barrier}, s, backend.ErrSkip},
+		"a product of int16":   {backend.Coll{Kind: backend.Allreduce, Send: withType(d, backend.Int16), Recv: withType(d, backend.Int16), Op: backend.Prod}, s, backend.ErrSkip},
+	} {
+		if r, err := c.CollectiveOn(tc.co, tc.s); !errors.Is(err, tc.want) {
+			if r != nil {
+				r.Release()
+			}
+			t.Errorf("rank %d: CollectiveOn with %s: %v, want %v", c.rank, name, err, tc.want)
+		}
+	}
+	x := []int32{int32(c.rank), 1}
+	r, err := c.Collective(backend.Coll{Kind: backend.Allreduce, Send: bufOf(x, backend.Int32), Recv: bufOf(x, backend.Int32), Op: backend.Sum})
+	if err == nil {
+		_, err = r.Wait(testWait)
+		r.Release()
+	}
+	if err != nil || x[0] != 1 || x[1] != 2 {
+		t.Errorf("rank %d: an Allreduce after the refusals: %v, %v", c.rank, x, err)
+	}
+}
+
+// withType is b holding elements of type dt (as many bytes or fewer).
+func withType(b backend.Buffer, dt backend.DType) backend.Buffer {
+	b.Count = b.Len() / int64(dt.Size())
+	b.Type = dt
+	return b
 }

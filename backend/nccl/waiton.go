@@ -101,9 +101,10 @@ func (c *conn) groupOfLocked(r *request) *group {
 
 // The GPU capabilities of the contract.
 var (
-	_ backend.StreamWaiter = (*request)(nil)
-	_ backend.StreamConn   = (*conn)(nil)
-	_ backend.DeviceConn   = (*conn)(nil)
+	_ backend.StreamWaiter      = (*request)(nil)
+	_ backend.StreamConn        = (*conn)(nil)
+	_ backend.StreamCollectives = (*conn)(nil)
+	_ backend.DeviceConn        = (*conn)(nil)
 )
 
 // WaitOn implements backend.StreamWaiter (mp's Request.WaitOn); see the
@@ -198,10 +199,98 @@ func (c *conn) postOn(recv bool, buf backend.Buffer, peer, tag int, caller uintp
 	if err != nil {
 		return nil, err
 	}
+	return c.streamWaits(r, s)
+}
+
+// streamWaits makes s wait on the GPU for r, just posted, and returns r;
+// an error when r is not on the GPU in time for the stream to wait for
+// it (r then is not handed out).
+func (c *conn) streamWaits(r backend.Request, s *cuda.Stream) (backend.Request, error) {
 	q := r.(*request)
 	if err := c.waitOn(q, s); err != nil && !q.done.Load() {
-		// Not on the GPU in time: the stream would not wait for it.
 		return nil, err
 	}
 	return r, nil
+}
+
+// CollectiveOn implements backend.StreamCollectives: collective co ordered
+// on the caller's CUDA stream s (a *cuda.Stream), as if NCCL ran it on s
+// (mp's IallreduceOnStream and the other …OnStream collectives). The
+// channel of every rank's stream waits, on the GPU, for an event recorded
+// on s; the collective goes on that stream as Collective puts it there;
+// and s waits for the group's seal (its completion word or event). So it
+// starts after the work queued on s before the call, the work queued on s
+// after the call starts after it, and the CPU waits for neither: the call
+// returns once NCCL has the group on its stream (after the background
+// connection of the communicator of every rank, in a program's first
+// collective). The request still reports completion and errors through
+// Wait and Test.
+//
+// The buffers must be device memory (host memory is staged by the CPU,
+// which a stream cannot wait for) and s on this rank's GPU:
+// backend.ErrInvalid otherwise. What Collective leaves to package mp is
+// backend.ErrSkip here too.
+func (c *conn) CollectiveOn(co backend.Coll, s backend.Stream) (backend.Request, error) {
+	cs, err := cudaStream(s)
+	if err != nil {
+		return nil, err
+	}
+	if cs.Handle() == 0 {
+		return nil, fmt.Errorf("%w: nil or destroyed stream", backend.ErrInvalid)
+	}
+	for _, b := range []backend.Buffer{co.Send, co.Recv} {
+		if b.Mem != backend.Device && b.Count > 0 {
+			return nil, fmt.Errorf("%w: a stream-ordered collective needs device buffers (host memory is staged by the CPU, which the stream cannot wait for)",
+				backend.ErrInvalid)
+		}
+	}
+	if int(cs.Device()) != c.dev {
+		return nil, fmt.Errorf("%w: the stream is on cuda:%d, this rank's communicator on cuda:%d", backend.ErrInvalid, int(cs.Device()), c.dev)
+	}
+	if !c.runsColl(co) {
+		return nil, backend.ErrSkip
+	}
+	if err := c.followWorld(cs); err != nil {
+		return nil, err
+	}
+	r, err := c.Collective(co)
+	if err != nil {
+		return nil, err
+	}
+	return c.streamWaits(r, cs)
+}
+
+// followWorld makes the stream of the channel of every rank wait for the
+// work queued on s so far (engine.follow). Nothing may be queued on that
+// stream while the background connection runs on it (startWarm) or while
+// a group of the channel is still being launched (a non-blocking
+// communicator's ncclInProgress): it waits for both, on the CPU, bounded
+// as waitOn is.
+func (c *conn) followWorld(s *cuda.Stream) error {
+	w := worldChan(c.size)
+	deadline := time.Now().Add(waitOnBound)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		err := c.fatal
+		if err == nil {
+			err = c.chans[w].err
+		}
+		if err == nil {
+			err = c.lostOfLocked(w)
+		}
+		if err != nil {
+			return err
+		}
+		if !c.warming && !c.chans[w].launching() {
+			return c.eng.follow(w, s)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the communicator of every rank was not ready for a stream-ordered collective within %v", backend.ErrTimeout, waitOnBound)
+		}
+		c.mu.Unlock()
+		time.Sleep(10 * time.Microsecond)
+		c.mu.Lock()
+		c.progressLocked()
+	}
 }

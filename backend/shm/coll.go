@@ -21,24 +21,32 @@ import (
 // and Barrier) and answers backend.ErrSkip for the others.
 //
 // Memory: each rank's inbox ends with its collective area (collArea),
-// which the other ranks map with the inbox: a line with its sequence word
-// and the descriptors of what its slots hold, a line with the bell its
-// waiter sleeps on, and collSlots slots of collSlot bytes.
+// which the other ranks map with the inbox: a line with its sequence word,
+// a line with the bell its waiter sleeps on, and collSlots slots, each a
+// head line (the number of the call that last filled the slot, what it
+// holds, and up to collInline bytes of data) and collSlot bytes of data.
 //
 // The protocol, for the k-th collective of the communicator (every rank
 // counts alike; S = collSlots, slot k mod S):
 //
 //  1. A rank that writes (all of them; the root alone for Bcast) waits
 //     until every rank's sequence word is at least k−S+1, copies its send
-//     buffer into its slot k mod S, and stores the slot's descriptor.
+//     buffer into its slot k mod S (into the head line itself when it
+//     fits there), stores the slot's descriptor in the head, and then k.
 //  2. Every rank stores k in its sequence word and rings the others'
 //     bells: k says it has entered call k, its slot (if it writes) is
 //     filled, and it has finished reading every earlier call.
 //  3. A rank that reads (all of them; the non-roots for Bcast, the root
-//     for Reduce) waits until the sequence word of each rank it reads is
-//     at least k, checks that rank's descriptor against its own (a rank
+//     for Reduce) waits until the head of slot k mod S of each rank it
+//     reads says k, checks that rank's descriptor against its own (a rank
 //     that calls another collective, type, count, operator or root makes
-//     ErrMismatch), and copies or reduces the slots, in rank order.
+//     ErrMismatch; a rank whose sequence word passed k without filling
+//     the slot called one where it writes nothing), and copies or reduces
+//     the slots, in rank order.
+//
+// A reader polls one line per rank it reads, which holds all it needs for
+// a small collective: the writer's one store of k publishes the data and
+// the descriptor together, and each reader's wait ends in one cache miss.
 //
 // A slot written in call k is overwritten in call k+S only, whose step 1
 // waits for every rank to reach k+1, that is, to have finished reading
@@ -74,26 +82,34 @@ type Coll struct {
 
 // collArea is one rank's collective area, as this rank sees it.
 type collArea struct {
-	seq  *atomic.Uint64            // the last call the rank entered
-	desc [collSlots]*atomic.Uint64 // what each slot holds (collDesc)
-	bell shmem.Bell                // the rank's waiter sleeps on it
+	seq  *atomic.Uint64 // the last call the rank entered
+	bell shmem.Bell     // the rank's waiter sleeps on it
+	head [collSlots]slotHead
 	slot [collSlots][]byte
 }
 
-// The layout of a collective area: its sequence word and descriptors on
-// one cache line (pair), its bell on the next, then the slots.
+// slotHead is the head line of one slot: k, the call that last filled the
+// slot (stored last), desc, what it holds (collDesc), and inline, the data
+// of a collective whose part fits the line.
+type slotHead struct {
+	k      *atomic.Uint64
+	desc   *uint64
+	inline []byte
+}
+
+// The layout of a collective area: its sequence word on one cache line
+// (pair), its bell on the next, then the slots, each a head line and its
+// data.
 const (
 	collLine     = 128 // a pair of cache lines: the adjacent-line prefetcher shares nothing
 	collSeqOff   = 0
-	collDescOff  = 8
 	collBellOff  = collLine
 	collSlotOff  = 2 * collLine
-	collAreaSize = (collSlotOff + collSlots*collSlot + page - 1) &^ (page - 1)
+	collHead     = 64 // a slot's head: k, the descriptor, the inline data
+	collInline   = collHead - 16
+	collStride   = collHead + collSlot
+	collAreaSize = (collSlotOff + collSlots*collStride + page - 1) &^ (page - 1)
 )
-
-// The sequence word and the descriptors fit their line (a negative array
-// length does not compile).
-var _ [collLine - collDescOff - 8*collSlots]struct{}
 
 // newArea lays a collective area over mem (collAreaSize bytes, page
 // aligned, inside a mapped segment).
@@ -101,11 +117,24 @@ func newArea(mem []byte) collArea {
 	word := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
 	a := collArea{seq: word(collSeqOff), bell: shmem.NewBell((*uint32)(unsafe.Pointer(&mem[collBellOff])))}
 	for b := range collSlots {
-		a.desc[b] = word(collDescOff + 8*b)
-		off := collSlotOff + b*collSlot
-		a.slot[b] = mem[off : off+collSlot : off+collSlot]
+		off := collSlotOff + b*collStride
+		a.head[b] = slotHead{
+			k:      word(off),
+			desc:   (*uint64)(unsafe.Pointer(&mem[off+8])),
+			inline: mem[off+16 : off+collHead : off+collHead],
+		}
+		a.slot[b] = mem[off+collHead : off+collStride : off+collStride]
 	}
 	return a
+}
+
+// data is where rank j's part of a collective whose parts are n bytes
+// lies in its slot b: the head line's inline bytes when it fits there.
+func (a *collArea) data(b uint64, n int64) []byte {
+	if n <= collInline {
+		return a.head[b].inline[:n]
+	}
+	return a.slot[b][:n]
 }
 
 // Coll returns the hub's shared-memory collectives, or nil when some rank

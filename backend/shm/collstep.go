@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -14,22 +15,37 @@ func (c *Coll) attempt(r *collReq) {
 		c.end(r, c.closedErr(r))
 		return
 	}
-	c.step(r)
+	c.step(r, true)
 	c.h.exit()
 }
 
-// closedErr is the error of a collective that finds the transport ended.
+// closedErr is the error of a collective that finds the transport ended:
+// why the rank it waits for cannot go on or, when it waits for none yet
+// (it started after every link had ended), why the first lost peer is,
+// which names the rank whose loss ended them (a peer that left after it
+// lost a rank says which); errCollClosed only when no peer is lost.
 func (c *Coll) closedErr(r *collReq) error {
 	if err := c.down(r); err != nil {
 		return err
+	}
+	for _, l := range c.peers {
+		if l == nil {
+			continue
+		}
+		if err := l.p.Down(); err != nil {
+			return err
+		}
 	}
 	return errCollClosed
 }
 
 // step advances r through the protocol (Coll's doc) as far as it can
 // without waiting, and reports whether r is done; otherwise r.waitFor is
-// the rank it waits for. Under c.mu, inside the hub.
-func (c *Coll) step(r *collReq) bool {
+// the rank it waits for. thorough: a slot not filled yet is also checked
+// against its rank's sequence word (a rank that called a collective where
+// it writes nothing), which costs a second line per rank waited for. Under
+// c.mu, inside the hub.
+func (c *Coll) step(r *collReq, thorough bool) bool {
 	me := &c.areas[c.rank]
 	b := r.k % collSlots
 	if r.phase == phaseWrite {
@@ -48,8 +64,11 @@ func (c *Coll) step(r *collReq) bool {
 					}
 				}
 			}
-			copy(me.slot[b], r.co.Send.Bytes())
-			me.desc[b].Store(r.desc)
+			n := r.co.Send.Len()
+			copy(me.data(b, n), r.co.Send.Bytes())
+			// Plain stores, published by the store of k after them.
+			*me.head[b].desc = r.desc
+			me.head[b].k.Store(r.k)
 		}
 		me.seq.Store(r.k)
 		for j := range c.areas {
@@ -64,13 +83,24 @@ func (c *Coll) step(r *collReq) bool {
 	}
 	lo, hi := readRange(&r.co, c.rank, c.size)
 	for j := lo; j < hi; j++ {
-		if j != c.rank && c.areas[j].seq.Load() < r.k {
+		if j == c.rank {
+			continue
+		}
+		h := &c.areas[j].head[b]
+		if h.k.Load() != r.k {
+			if thorough && c.areas[j].seq.Load() >= r.k && h.k.Load() != r.k {
+				// Rank j is in call k (or past it) and did not fill its
+				// slot: its call writes nothing.
+				c.end(r, fmt.Errorf("%w: rank %d called a collective to which it contributes nothing here (a Bcast or a Reduce with another root) where this rank called %s (every rank must call the same collectives, alike)",
+					backend.ErrMismatch, j, sayDesc(r.desc)))
+				return true
+			}
 			r.waitFor = j
 			return false
 		}
 	}
 	for j := lo; j < hi; j++ {
-		if d := c.areas[j].desc[b].Load(); d != r.desc && j != c.rank {
+		if d := *c.areas[j].head[b].desc; d != r.desc && j != c.rank {
 			c.end(r, collMismatch(j, d, r.desc))
 			return true
 		}
@@ -118,10 +148,11 @@ func (c *Coll) finish(r *collReq, b uint64) {
 		if co.Kind == backend.Reduce && c.rank != co.Root {
 			return
 		}
+		n := co.Send.Len()
 		slot := func(j int) backend.Buffer {
-			return backend.Buffer{Ptr: unsafe.Pointer(unsafe.SliceData(c.areas[j].slot[b])), Count: co.Send.Count, Type: co.Send.Type, Mem: backend.Host}
+			return backend.Buffer{Ptr: unsafe.Pointer(unsafe.SliceData(c.areas[j].data(b, n))), Count: co.Send.Count, Type: co.Send.Type, Mem: backend.Host}
 		}
-		if n := co.Send.Len(); n > 0 && n <= 256 {
+		if n > collInline && n <= 256 {
 			// A small reduction is a cache miss per slot: take them all
 			// at once before combining, so they overlap.
 			t := byte(0)
@@ -135,14 +166,14 @@ func (c *Coll) finish(r *collReq, b uint64) {
 			reduce.Combine(co.Recv, co.Recv, slot(j), co.Op)
 		}
 	case backend.Allgather:
-		n := int(co.Send.Len())
+		n := co.Send.Len()
 		recv := co.Recv.Bytes()
 		for j := range c.size {
-			copy(recv[j*n:(j+1)*n], c.areas[j].slot[b][:n])
+			copy(recv[int64(j)*n:int64(j+1)*n], c.areas[j].data(b, n))
 		}
 	case backend.Bcast:
 		if c.rank != co.Root {
-			copy(co.Recv.Bytes(), c.areas[co.Root].slot[b][:co.Recv.Len()])
+			copy(co.Recv.Bytes(), c.areas[co.Root].data(b, co.Recv.Len()))
 		}
 	}
 }

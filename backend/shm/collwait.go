@@ -31,7 +31,7 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 	bell := c.areas[c.rank].bell
 	var spinUntil, deadline time.Time
 	for i := 0; ; i++ {
-		if c.step(r) {
+		if c.step(r, i&15 == 15) {
 			return nil
 		}
 		if i&15 != 15 {
@@ -42,7 +42,7 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 			// The rank may have done its part and then left (a rank that
 			// returns from its last collective and closes): look once more,
 			// now that its leaving is seen, before calling it lost.
-			if c.step(r) {
+			if c.step(r, true) {
 				return nil
 			}
 			if err := c.down(r); err != nil {
@@ -72,7 +72,7 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 			nap = min(nap, deadline.Sub(now))
 		}
 		v := bell.Arm()
-		if c.step(r) {
+		if c.step(r, true) {
 			bell.Disarm()
 			return nil
 		}

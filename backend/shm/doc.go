@@ -15,14 +15,18 @@
 // receiver copies it straight out of the sender's memory
 // (process_vm_readv: one copy; a collective's message, by default, where
 // the kernel allows it). A waiting goroutine polls the rings
-// itself; when no one waits, the progress goroutine sleeps on the
+// itself, and the progress goroutine then looks only on a 1 ms timer (or
+// at once when the waiter parks); when no one waits, it sleeps on the
 // doorbell (a futex) and senders wake it. The unix socket stays open: its
-// end is how a rank learns that a peer's process is gone.
+// end is how a rank learns that a peer's process is gone. The memory
+// stays mapped until this rank closes, after its peers have gone too.
 //
 // Coll runs small collectives (Allreduce, Reduce, Bcast, Allgather,
 // Barrier) of a job whose ranks are all on this host through the
 // collective areas, without messages: each rank writes its part into its
-// slot and the others read it straight out of shared memory.
+// slot and the others read it straight out of shared memory; a slot's
+// head line carries the call's number, its descriptor and a small part
+// itself, so a reader of a small collective waits on one line per rank.
 //
 // Files:
 //

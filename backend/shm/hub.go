@@ -30,6 +30,8 @@ type Hub struct {
 	disarmed atomic.Bool  // a spinner disarmed the bell the progress goroutine sleeps on
 	live     atomic.Int32 // links not yet killed
 	stop     chan struct{}
+	kick     chan struct{} // capacity 1: ends the progress goroutine's tick (SpinEnd)
+	endOnce  sync.Once
 
 	// Ring memory is unmapped only when nothing can touch it: every user
 	// of it counts itself in active, and after closed is set nobody new
@@ -66,6 +68,12 @@ func (h *Hub) Poll() bool {
 		return false
 	}
 	defer h.exit()
+	return h.Spin()
+}
+
+// Spin implements engine.Poller: Poll without the count of users, which
+// SpinStart took for the whole spin.
+func (h *Hub) Spin() bool {
 	did := false
 	for _, l := range h.links {
 		if l.poll() {
@@ -75,35 +83,47 @@ func (h *Hub) Poll() bool {
 	return did
 }
 
-// SpinStart implements engine.Poller.
-func (h *Hub) SpinStart() {
-	if h.spinners.Add(1) == 1 && h.enter() {
-		if h.bell.Armed() {
-			h.bell.Disarm()
-			h.disarmed.Store(true)
-		}
-		h.exit()
+// SpinStart implements engine.Poller: the spinner counts itself a user of
+// the rings until SpinEnd, so its polls take no count of their own.
+func (h *Hub) SpinStart() bool {
+	if !h.enter() {
+		return false
 	}
+	if h.spinners.Add(1) == 1 && h.bell.Armed() {
+		h.bell.Disarm()
+		h.disarmed.Store(true)
+	}
+	return true
 }
 
 // SpinEnd implements engine.Poller: the progress goroutine takes arrivals
 // again. If a spinner disarmed the bell under it (it sleeps on the bell),
 // the bell is armed again, and what came after the last poll and before
 // that is taken here; otherwise the progress goroutine, which looks every
-// progressTick while waiters spin, arms it itself. So a ping-pong, whose
-// waiter spins from one message to the next, never writes the bell's
-// word, which the sender reads on every message.
-func (h *Hub) SpinEnd() {
-	if h.spinners.Add(-1) == 0 && h.disarmed.Swap(false) && h.enter() {
-		h.bell.Arm()
-		h.exit()
-		h.Poll()
+// progressTick while waiters spin, arms it itself: at once when the
+// spinner parks (its request's arrival must ring the bell), else at its
+// next look. So a ping-pong, whose waiter spins from one message to the
+// next, never writes the bell's word, which the sender reads on every
+// message.
+func (h *Hub) SpinEnd(parking bool) {
+	if h.spinners.Add(-1) == 0 {
+		if h.disarmed.Load() && h.disarmed.Swap(false) {
+			h.bell.Arm()
+			h.Spin()
+		} else if parking {
+			select {
+			case h.kick <- struct{}{}:
+			default:
+			}
+		}
 	}
+	h.exit()
 }
 
 // progress takes arrivals when no waiter does: it polls while there is
 // work, and sleeps on the bell when there is none.
 func (h *Hub) progress() {
+	var tick *time.Timer
 	for {
 		select {
 		case <-h.stop:
@@ -115,9 +135,20 @@ func (h *Hub) progress() {
 			continue
 		}
 		if h.spinners.Load() > 0 {
-			// A waiter polls; look again later without asking senders to
-			// wake this goroutine.
-			time.Sleep(progressTick)
+			// A waiter polls; look again later (or when it parks)
+			// without asking senders to wake this goroutine.
+			if tick == nil {
+				tick = time.NewTimer(progressTick)
+			} else {
+				tick.Reset(progressTick)
+			}
+			select {
+			case <-tick.C:
+			case <-h.kick:
+				tick.Stop()
+			case <-h.stop:
+				tick.Stop()
+			}
 			continue
 		}
 		v := h.bell.Arm()
@@ -128,16 +159,26 @@ func (h *Hub) progress() {
 	}
 }
 
-// linkDone counts a killed link; after the last, the progress goroutine
-// ends.
+// linkDone counts an ended link. After the last, once this rank is
+// closing, the progress goroutine ends and the memory is unmapped: not
+// before, since the peers' collective areas stay readable after they
+// leave (a Bcast's root may close before the others read its part), and
+// this rank's collectives learn of a departed writer from its link.
 func (h *Hub) linkDone() {
-	if h.live.Add(-1) == 0 {
+	if h.live.Add(-1) == 0 && h.e.Closing() {
+		h.end()
+	}
+}
+
+// end stops the progress goroutine, which unmaps the memory; once.
+func (h *Hub) end() {
+	h.endOnce.Do(func() {
 		close(h.stop)
 		if h.enter() {
 			h.bell.Ring()
 			h.exit()
 		}
-	}
+	})
 }
 
 // unmap releases the inbox and the peers' segments once the watchers have

@@ -154,7 +154,7 @@ func ringCap(n int) int {
 // area (Coll). The sockets stay open: their end tells that a peer is gone.
 // The hub's goroutines start with Start.
 func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (*Hub, error) {
-	h := &Hub{e: e, stop: make(chan struct{}), copy: opts.Copy}
+	h := &Hub{e: e, stop: make(chan struct{}), kick: make(chan struct{}, 1), copy: opts.Copy}
 	if len(locals) == 0 {
 		return h, nil
 	}

@@ -131,7 +131,7 @@ func (l *link) put(h *engine.Header, payload []byte) bool {
 		// The payload's copies in and out run aligned.
 		b = l.out.ReserveAligned(n, n-len(payload), shmem.MaxAlign)
 	} else {
-		b = l.out.Reserve(n)
+		b = l.out.ReserveLine(n) // a small message: one line with its header
 	}
 	if b == nil {
 		return false
@@ -316,6 +316,11 @@ func (l *link) Pull(dst []byte, addr uint64) error {
 func (l *link) Goodbye(deadline time.Time) {
 	l.uc.SetReadDeadline(deadline)
 	l.Queue(engine.Job{Kind: engine.KindBye})
+	// The engine is closing: if every link ended before (the peers left
+	// first), nothing will count another, and the transport ends now.
+	if l.h.live.Load() == 0 {
+		l.h.end()
+	}
 }
 
 // Kill implements engine.Link.
@@ -335,6 +340,11 @@ func (l *link) Kill(aborted bool) {
 	}
 	l.uc.Close()
 	l.finish()
+	// Kill is the engine's Close or Abort: once every link has ended (here
+	// or before, when the peers left), the transport ends too.
+	if l.h.live.Load() == 0 {
+		l.h.end()
+	}
 }
 
 // finish marks the link ended, once: by its watcher, or by Kill.

@@ -81,6 +81,10 @@ func (r *record) ReadFull(dst []byte) error {
 	return nil
 }
 
+// InMemory implements engine.MemorySource: a record's payload is in the
+// ring.
+func (r *record) InMemory() bool { return true }
+
 func (r *record) Discard(n int) error {
 	if n > len(r.b) {
 		return fmt.Errorf("%w: payload of %d bytes skipped for %d", engine.ErrFrame, len(r.b), n)

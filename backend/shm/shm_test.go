@@ -320,3 +320,93 @@ func BenchmarkPingPong(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPath is one message's whole software path on both sides, in
+// one goroutine: a receive posted on rank 1, a send from rank 0, rank 1's
+// wait taking the record from the ring. No other core is involved, so
+// its time is the instructions and the same-core cache traffic of the
+// path, not the cross-core transfers a ping-pong adds.
+func BenchmarkPath(b *testing.B) {
+	e, h := pair(b)
+	buf0, buf1 := make([]byte, 1), make([]byte, 1)
+	// As in a ping-pong's steady state, a waiter is always polling: the
+	// progress goroutines keep away and no bell is armed.
+	for _, x := range h {
+		x.SpinStart()
+		defer x.SpinEnd(false)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		rr, err := e[1].Irecv(bytesOf(buf1), 0, 0, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sr, err := e[0].Isend(bytesOf(buf0), 1, 0, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := sr.Wait(time.Second); err != nil {
+			b.Fatal(err)
+		}
+		sr.Release()
+		if _, err := rr.Wait(time.Second); err != nil {
+			b.Fatal(err)
+		}
+		rr.Release()
+	}
+}
+
+// TestCollAfterEveryPeerGone: a collective started once every peer's
+// link has ended fails with ErrPeerLost naming the lost rank, as one
+// under way does, not with ErrClosed: the survivor of a job whose other
+// ranks died or left must learn why. The transport itself stays until
+// this rank closes (the peers' parts written before they left are still
+// read: TestSharedBcastAfterRootLeft in package mp).
+func TestCollAfterEveryPeerGone(t *testing.T) {
+	_, h := pair(t)
+	c := h[1].Coll()
+	require.NotNil(t, c)
+	h[0].links[0].uc.Close() // rank 0 "dies"
+	for start := time.Now(); h[1].live.Load() != 0; time.Sleep(time.Millisecond) {
+		require.Less(t, time.Since(start), 5*time.Second, "rank 1's link did not end")
+	}
+	assert.False(t, h[1].closed.Load(), "rank 1's transport ended before rank 1 closed")
+	r, err := c.Collective(backend.Coll{Kind: backend.Barrier})
+	if err == nil {
+		_, err = r.Wait(5 * time.Second)
+		r.Release()
+	}
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	assert.ErrorContains(t, err, "rank 0")
+}
+
+// TestFailedPullLosesPeer: a pulled rendezvous whose copy out of the
+// sender's memory fails because the sender's process is gone (here: a pid
+// that is no process's) ends the receive with ErrPeerLost and marks the
+// peer lost, so the rest of what waits on it ends too and this rank's
+// goodbye to the others names the lost rank. Before, only the receive
+// ended: the rank's later BYE named no one, and its peers blamed it for
+// the loss (the kill campaign found it on shared memory).
+func TestFailedPullLosesPeer(t *testing.T) {
+	e, h := pairCopy(t, CopySingle)
+	if !h[1].links[0].read.Load() {
+		t.Skip("this kernel refuses process_vm_readv between these processes")
+	}
+	h[1].links[0].pid = 1 << 30 // past any pid_max: process_vm_readv says ESRCH
+	big := pattern(maxEager+1, 1)
+	s, err := e[0].Isend(bytesOf(big), 1, 3, 0)
+	require.NoError(t, err)
+	defer s.Release()
+	got := make([]byte, len(big))
+	r, err := e[1].Irecv(bytesOf(got), 0, 3, 0)
+	require.NoError(t, err)
+	_, err = r.Wait(5 * time.Second)
+	r.Release()
+	require.ErrorIs(t, err, backend.ErrPeerLost)
+	later, err := e[1].Irecv(bytesOf(make([]byte, 8)), 0, 4, 0)
+	if err == nil {
+		_, err = later.Wait(time.Second)
+		later.Release()
+	}
+	require.ErrorIs(t, err, backend.ErrPeerLost, "rank 0 is not marked lost")
+}

@@ -30,8 +30,9 @@ type link struct {
 
 	rmu    sync.Mutex // the reader's state: its goroutine's, or a waiter's
 	rd     *reader
-	rdDone atomic.Bool // the reader goroutine has returned
-	poller *poller     // the communicator's, if this link can be polled
+	rdDone atomic.Bool   // the reader goroutine has returned
+	poller *poller       // the communicator's, if this link can be polled
+	kick   chan struct{} // capacity 1: wakes the reader goroutine from its tick (poller.SpinEnd)
 
 	wmu     sync.Mutex // one frame at a time on the socket
 	whdr    [engine.HeaderSize]byte
@@ -39,6 +40,17 @@ type link struct {
 	wbufs   net.Buffers
 	wvec    [2][]byte
 	sendSeq uint64 // under wmu
+
+	// The DATA job under way and the part of a frame a non-blocking write
+	// left (write.go); under wmu, but djOn, which pollers look at without it.
+	dj      engine.Job
+	djData  []byte
+	djOff   int // payload bytes put in frames so far
+	djOn    atomic.Bool
+	part    [2][]byte // the frame's bytes not yet written: header, payload
+	partHdr [engine.HeaderSize]byte
+	wio     sysIO
+	chunks  [2]uint64 // DATA frames begun by the writer goroutine [0] and by waiters [1], for tests
 
 	qmu      sync.Mutex
 	queue    []engine.Job
@@ -50,15 +62,18 @@ type link struct {
 }
 
 func newLink(e *engine.Engine, nc net.Conn) *link {
-	return &link{
+	l := &link{
 		e:      e,
 		nc:     nc,
 		rd:     newReader(nc),
 		eager:  engine.EagerLimit,
 		wsmall: make([]byte, 0, engine.HeaderSize+smallWrite),
 		qsig:   make(chan struct{}, 1),
+		kick:   make(chan struct{}, 1),
 		quit:   make(chan struct{}),
 	}
+	l.wio.init()
+	return l
 }
 
 func (l *link) start() {

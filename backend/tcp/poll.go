@@ -48,15 +48,29 @@ func (p *poller) Poll() bool {
 }
 
 // SpinStart implements engine.Poller.
-func (p *poller) SpinStart() { p.spinners.Add(1) }
+func (p *poller) SpinStart() bool {
+	p.spinners.Add(1)
+	return true
+}
+
+// Spin implements engine.Poller: Poll.
+func (p *poller) Spin() bool { return p.Poll() }
 
 // SpinEnd implements engine.Poller: when the last waiter stops, what they
-// left queued goes to the writer goroutines.
-func (p *poller) SpinEnd() {
+// left queued goes to the writer goroutines, and, if it parks, the reader
+// goroutines go back to the netpoller at once (not after their tick), so
+// that its request's arrival is taken without delay.
+func (p *poller) SpinEnd(parking bool) {
 	if p.spinners.Add(-1) == 0 {
 		for _, l := range p.links {
-			if l.qlen.Load() > 0 {
+			if l.qlen.Load() > 0 || l.djOn.Load() {
 				l.handBack()
+			}
+			if parking {
+				select {
+				case l.kick <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}
@@ -77,7 +91,7 @@ func (l *link) poll() bool {
 			l.nc.Close()
 		}
 	}
-	if l.qlen.Load() > 0 {
+	if l.qlen.Load() > 0 || l.djOn.Load() {
 		if ran, _ := l.work(true); ran {
 			did = true
 		}

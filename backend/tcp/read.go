@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/courier-mp/courier/internal/engine"
 )
@@ -211,6 +212,13 @@ func (rd *reader) drain(p *engine.Peer, waiter bool) (bool, error) {
 		var ok bool
 		var err error
 		if rd.bye {
+			if rd.rc == nil && did {
+				// Without a descriptor the read below blocks until the
+				// stream ends, which may wait for this rank's own Close:
+				// the reader goroutine first sees the goodbye it has just
+				// handed over (and ends, if this rank is closing too).
+				break
+			}
 			// Only the stream's end may follow BYE.
 			if ok, err = rd.fill(); ok {
 				err = fmt.Errorf("%w: rank %d sent bytes after its goodbye", engine.ErrFrame, p.Rank())
@@ -271,14 +279,43 @@ func (rd *reader) Discard(n int) error {
 	return nil
 }
 
+// readTick is how often the reader goroutine looks at its socket while
+// waiters poll it (they take arrivals themselves): the longest an arrival
+// waits for it after the last waiter took its result and left.
+const readTick = time.Millisecond
+
 // readLoop is the reader goroutine: it sleeps until the socket is
 // readable, then hands the engine what has come, unless a waiter took it
-// first. It alone reports the stream's end (waiters leave it to the
-// reader goroutine, which the end wakes).
+// first. While waiters poll the socket it sleeps on a timer instead. It
+// alone reports the stream's end (waiters leave it to the reader
+// goroutine, which the end wakes, or its timer).
 func (l *link) readLoop() {
 	defer l.rdDone.Store(true)
+	var tick *time.Timer
 	for {
-		werr := l.rd.waitReadable()
+		var werr error
+		if p := l.poller; p != nil && p.spinners.Load() > 0 {
+			// Waiters read the socket themselves. Parked in the
+			// netpoller, this goroutine would be woken by every arrival
+			// they take, on a thread that, where ranks fill the cores,
+			// can only run by taking a core from one of them; instead it
+			// looks again after readTick, or as soon as the last waiter
+			// parks (poller.SpinEnd).
+			if tick == nil {
+				tick = time.NewTimer(readTick)
+			} else {
+				tick.Reset(readTick)
+			}
+			select {
+			case <-l.kick:
+				tick.Stop()
+			case <-tick.C:
+			case <-l.quit:
+				tick.Stop()
+			}
+		} else {
+			werr = l.rd.waitReadable()
+		}
 		l.rmu.Lock()
 		_, err := l.rd.drain(l.p, false)
 		bye := l.rd.bye

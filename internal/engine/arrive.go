@@ -36,6 +36,18 @@ type Source interface {
 	Discard(n int) error
 }
 
+// MemorySource is a Source whose payload is in this process's memory
+// already (a shared-memory ring's record), so reading it never blocks.
+type MemorySource interface {
+	Source
+	// InMemory reports whether the payload is in memory now.
+	InMemory() bool
+}
+
+// inlineCopy is the largest payload of a MemorySource that the engine
+// copies into a posted receive while it holds its lock.
+const inlineCopy = 1024
+
 // Rank is the peer's rank.
 func (p *Peer) Rank() int { return p.rank }
 
@@ -105,6 +117,26 @@ func (p *Peer) onEager(h *Header, src Source) error {
 	}
 	env := envelope{src: from, tag: int(h.Tag), typ: h.Type, count: h.Count}
 	if r := c.takePosted(&env); r != nil {
+		if n <= inlineCopy {
+			if ms, ok := src.(MemorySource); ok && ms.InMemory() {
+				// A small payload in memory: copied under the lock, so no
+				// sweep can come between, and the link need not mark r
+				// as its own.
+				err := e.verdict(r, &env)
+				var rerr error
+				if err == nil {
+					rerr = src.ReadFull(r.buf.Bytes()[:n])
+				} else {
+					rerr = src.Discard(int(n))
+				}
+				e.mu.Unlock()
+				if rerr != nil {
+					err = c.peerErr(p, p.lossError(rerr))
+				}
+				r.complete(env.status(), err)
+				return rerr
+			}
+		}
 		p.reading.Store(r)
 		e.mu.Unlock()
 		err := e.verdict(r, &env)

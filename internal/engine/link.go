@@ -79,16 +79,24 @@ type Puller interface {
 // Poller is a transport whose arrivals a waiting goroutine can take in
 // itself, instead of waiting to be woken by the transport's own goroutine:
 // the shared-memory transport polls its rings. A goroutine in Wait calls
-// SpinStart, then Poll until its request is done or its spin budget is
-// spent, then SpinEnd.
+// SpinStart, and if that reports true, Spin until its request is done or
+// its spin budget is spent, then SpinEnd. Poll is the one-off form, for
+// callers that do not loop (Test, Iprobe).
 type Poller interface {
 	// Poll handles what has arrived, without blocking, and reports whether
 	// it did anything.
 	Poll() bool
 	// SpinStart says a goroutine is about to poll in a loop: the
-	// transport may stop having its own goroutine woken for arrivals.
-	SpinStart()
+	// transport may stop having its own goroutine woken for arrivals, and
+	// may take once, here, what each Poll would take again (a count that
+	// keeps its memory mapped). It reports whether the goroutine may Spin:
+	// false when the transport is closing, and then SpinEnd is not called.
+	SpinStart() bool
+	// Spin is Poll between a SpinStart that reported true and its SpinEnd.
+	Spin() bool
 	// SpinEnd says it stopped; from now the transport's goroutine must
-	// take arrivals again.
-	SpinEnd()
+	// take arrivals again: at once when parking is true (the goroutine is
+	// about to block on its request, which an arrival must complete),
+	// else it may take a short while (the goroutine has its result).
+	SpinEnd(parking bool)
 }

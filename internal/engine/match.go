@@ -139,7 +139,13 @@ func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool)
 		perr := p.puller.Pull(r.buf.Bytes()[:m.bytes()], addr)
 		if perr == nil || !errors.Is(perr, backend.ErrNotSupported) {
 			if perr != nil {
-				perr = c.peerErr(p, p.lossError(perr))
+				// The sender's memory cannot be read: its process is gone
+				// (or its address was bad). The peer is lost, not only
+				// this receive: what else waits on it ends, and this
+				// rank's goodbyes name it (ByeLost).
+				lerr := p.lossError(perr)
+				e.failPeer(p, lerr)
+				perr = c.peerErr(p, lerr)
 			} else {
 				p.link.Queue(Job{Kind: KindCTS, SID: sid, Flags: CTSDone})
 			}

@@ -27,14 +27,22 @@ const SpinBudget = 200 * time.Microsecond
 // passes. When ranks outnumber cores it gives the core away between
 // polls, so a rank never spins while the rank it waits for cannot run.
 func (e *Engine) spin(r *request, timeout time.Duration) {
-	for _, p := range e.pollers {
-		p.SpinStart()
+	// started has bit k set when poller k may Spin (a rank has a poller
+	// per transport kind: two at most).
+	var started uint64
+	for k, p := range e.pollers {
+		if k < 64 && p.SpinStart() {
+			started |= 1 << k
+		}
+	}
+	if started == 0 {
+		return
 	}
 	var begin, idle time.Time
 	active := false
 	for i := 0; ; i++ {
-		for _, p := range e.pollers {
-			if p.Poll() {
+		for k, p := range e.pollers {
+			if started&(1<<k) != 0 && p.Spin() {
 				active = true
 			}
 		}
@@ -58,8 +66,11 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 			}
 		}
 	}
-	for _, p := range e.pollers {
-		p.SpinEnd()
+	parking := !r.isDone()
+	for k, p := range e.pollers {
+		if started&(1<<k) != 0 {
+			p.SpinEnd(parking)
+		}
 	}
 }
 

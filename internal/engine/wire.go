@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
+	"math/bits"
 
 	"github.com/courier-mp/courier/backend"
 )
@@ -191,4 +193,12 @@ func (h *Header) PayloadLen() int64 {
 }
 
 // maxCount is the largest element count whose byte size fits an int64.
-func maxCount(t backend.DType) int64 { return (1<<63 - 1) / int64(t.Size()) }
+// Element sizes are powers of two, so it is a shift (a division is the
+// slowest step of a header's check).
+func maxCount(t backend.DType) int64 {
+	sz := uint64(t.Size())
+	if sz&(sz-1) == 0 {
+		return math.MaxInt64 >> bits.TrailingZeros64(sz)
+	}
+	return math.MaxInt64 / int64(sz)
+}

@@ -523,3 +523,33 @@ func BenchmarkRingLocal(b *testing.B) {
 		})
 	}
 }
+
+// TestReserveLine: a small record that would straddle a cache line starts
+// the next line (after a padding record), one that fits stays where it
+// is, and the consumer sees them all, in order.
+func TestReserveLine(t *testing.T) {
+	mem := alignedMem(RingBytes(MinRingCapacity))
+	r, err := NewRing(mem, MinRingCapacity)
+	require.NoError(t, err)
+	c, err := AttachRing(mem)
+	require.NoError(t, err)
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(r.data)))
+	for i := range 200 {
+		n := 1 + i%60 // with the header, 16 to 72 bytes
+		b := r.ReserveLine(n)
+		require.NotNil(t, b, "record %d", i)
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - base - recHdr
+		if need := (n + recHdr + 7) &^ 7; need <= lineSize {
+			assert.LessOrEqual(t, int(start%lineSize)+need, lineSize, "record %d of %d bytes at %d straddles a line", i, n, start)
+		}
+		for k := range b {
+			b[k] = byte(i)
+		}
+		r.Commit()
+		got, err := c.Next()
+		require.NoError(t, err)
+		require.Len(t, got, n, "record %d", i)
+		assert.Equal(t, byte(i), got[0])
+		c.Consume()
+	}
+}
