@@ -123,27 +123,32 @@ func courierShm() map[string]bool {
 	return out
 }
 
-// TestLostPeerLeavesNothing runs three ranks on the host backend (shared
-// memory among them) that meet through an address file, and kills rank 2
-// with SIGKILL while the others wait for it: each survivor's receive ends
-// with ErrPeerLost, and after its Close the survivor holds no goroutine,
-// file descriptor or shared-memory mapping that it did not hold before
-// Init (the leak check of its own process). Once the job has ended,
-// nothing of it is left in the address-file directory or in /dev/shm.
+// TestLostPeerLeavesNothing runs three ranks that meet through an address
+// file, on the host backend (shared memory among them) and on tcp, and
+// kills rank 2 with SIGKILL while the others wait for it: each survivor's
+// receive ends with ErrPeerLost, and after its Close the survivor holds no
+// goroutine, file descriptor or shared-memory mapping that it did not hold
+// before Init (the leak check of its own process). Once the job has
+// ended, nothing of it is left in the address-file directory or in
+// /dev/shm.
 func TestLostPeerLeavesNothing(t *testing.T) {
-	tmp := t.TempDir()
-	shmBefore := courierShm()
-	procs, outs := startRanks(t, 3, "leak-lost", tmp, "host", func(r int) string {
-		return map[bool]string{true: "leak-victim", false: "leak-survivor"}[r == 2]
-	})
-	require.NoError(t, procs[2].Process.Signal(syscall.SIGKILL))
-	procs[2].Wait()
-	for r := range 2 {
-		require.True(t, outs[r].Scan(), "rank %d ended without a word", r)
-		require.Equal(t, "left: none", outs[r].Text(), "rank %d", r)
-		require.NoError(t, procs[r].Wait(), "rank %d", r)
+	for _, backend := range []string{"host", "tcp"} {
+		t.Run(backend, func(t *testing.T) {
+			tmp := t.TempDir()
+			shmBefore := courierShm()
+			procs, outs := startRanks(t, 3, "leak-lost-"+backend, tmp, backend, func(r int) string {
+				return map[bool]string{true: "leak-victim", false: "leak-survivor"}[r == 2]
+			})
+			require.NoError(t, procs[2].Process.Signal(syscall.SIGKILL))
+			procs[2].Wait()
+			for r := range 2 {
+				require.True(t, outs[r].Scan(), "rank %d ended without a word", r)
+				require.Equal(t, "left: none", outs[r].Text(), "rank %d", r)
+				require.NoError(t, procs[r].Wait(), "rank %d", r)
+			}
+			requireNothingLeft(t, tmp, shmBefore)
+		})
 	}
-	requireNothingLeft(t, tmp, shmBefore)
 }
 
 // TestKilledJobLeavesNothing kills every rank of a job with SIGKILL once
