@@ -28,12 +28,15 @@ import (
 // So that the last is this process's alone, and processes the tests
 // start (ranks of a job, helpers) write there too, init points TMPDIR at
 // a fresh directory for the test binary and its children, which Check
-// removes; a child that is a copy of the test binary keeps the
-// directory its parent made. Where /proc is missing (not Linux) the
-// descriptors and mappings are not checked.
+// removes. A copy of the test binary that the tests started, directly or
+// through a launcher, keeps the TMPDIR it was given: it finds itself
+// among the ancestors of its process, or inherits ownerEnv (tests that
+// pass on only some variables may drop that one). Only the process that
+// made the directory checks the address files. Where /proc is missing
+// (not Linux) the descriptors, mappings and address files are not
+// checked.
 
-// ownerEnv names the process that made the test directory (its pid):
-// copies of the test binary that inherit it keep TMPDIR as it is.
+// ownerEnv names the process that made the test directory (its pid).
 const ownerEnv = "COURIER_LEAKCHECK_TMPDIR_OWNER"
 
 var (
@@ -45,7 +48,7 @@ var (
 )
 
 func init() {
-	if os.Getenv(ownerEnv) == "" {
+	if os.Getenv(ownerEnv) == "" && !startedByItself() {
 		if d, err := os.MkdirTemp("", "courier-test-"); err == nil {
 			// Others may pass through it (a test runs a helper as nobody
 			// from a folder of its own there), not list it.
@@ -56,6 +59,38 @@ func init() {
 		}
 	}
 	before = take()
+}
+
+// startedByItself reports whether an ancestor of this process runs the
+// same executable (the test binary started this copy, perhaps through a
+// launcher), or whether that cannot be told (no /proc).
+func startedByItself() bool {
+	self, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return true
+	}
+	pid := os.Getppid()
+	for range 64 {
+		if pid <= 1 {
+			return false
+		}
+		if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil && exe == self {
+			return true
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		if pid, err = strconv.Atoi(f[1]); err != nil {
+			return false
+		}
+	}
+	return false
 }
 
 // snapshot is what the process holds of the kinds Check compares.
@@ -73,7 +108,11 @@ func addrDirName() string {
 }
 
 func take() snapshot {
-	return snapshot{fds: fds(), maps: shmMaps(), devShm: entries("/dev/shm", "courier"), addrDir: entries(addrDirName(), "")}
+	s := snapshot{fds: fds(), maps: shmMaps(), devShm: entries("/dev/shm", "courier")}
+	if tmpDir != "" {
+		s.addrDir = entries(addrDirName(), "")
+	}
+	return s
 }
 
 // fds lists the process's open descriptors, nil where /proc has none.
