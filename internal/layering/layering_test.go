@@ -86,6 +86,7 @@ var testOnly = map[string][]string{
 	"internal/engine": {"internal/leakcheck"},
 	"backend/shm":     {"internal/conformance", "internal/leakcheck"}, // the thresholds lie in the suite's sweep
 	"internal/shm":    {"internal/leakcheck"},
+	"internal/launch": {"internal/leakcheck"},
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",
