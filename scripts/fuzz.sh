@@ -12,6 +12,7 @@
 #   NICE=19 bash scripts/fuzz.sh           # run under nice -n NICE (default 0)
 #   LOG=dir bash scripts/fuzz.sh           # each target's output in
 #                          # dir/FuzzName.log (default: a temporary folder)
+#   MD=1 bash scripts/fuzz.sh              # the final table in Markdown too
 #   bash scripts/fuzz.sh -l                # list the targets and stop
 #
 # The targets are found by their declarations (func FuzzX(f *testing.F) in
@@ -96,4 +97,10 @@ done
 echo
 printf '%-40s %9s %12s %9s %5s %8s  %s\n' target duration execs execs/s new crashers status
 printf '%s\n' "${rows[@]}"
+if [ -n "${MD:-}" ]; then
+	echo
+	echo '| target | duration | execs | execs/s | new | crashers |'
+	echo '|---|---:|---:|---:|---:|---:|'
+	printf '%s\n' "${rows[@]}" | awk '{ printf "| `%s` | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6 }'
+fi
 exit $fail
