@@ -31,8 +31,11 @@ import (
 // removes. A copy of the test binary that the tests started, directly or
 // through a launcher, keeps the TMPDIR it was given: it finds itself
 // among the ancestors of its process, or inherits ownerEnv (tests that
-// pass on only some variables may drop that one). Only the process that
-// made the directory checks the address files. Where /proc is missing
+// pass on only some variables may drop that one). So does a test binary
+// that a launcher started as a rank of a job (mpirun ./pkg.test, on the
+// GPU machine): its ranks meet through the address file of the TMPDIR
+// they share. Only the process that made the directory checks the
+// address files. Where /proc is missing
 // (not Linux) the descriptors, mappings and address files are not
 // checked.
 
@@ -48,7 +51,7 @@ var (
 )
 
 func init() {
-	if os.Getenv(ownerEnv) == "" && !startedByItself() {
+	if os.Getenv(ownerEnv) == "" && !launched() && !startedByItself() {
 		if d, err := os.MkdirTemp("", "courier-test-"); err == nil {
 			// Others may pass through it (a test runs a helper as nobody
 			// from a folder of its own there), not list it.
@@ -59,6 +62,21 @@ func init() {
 		}
 	}
 	before = take()
+}
+
+// rankVars are the variables by which a launcher tells a process its
+// rank (bootstrap's, and a few more).
+var rankVars = []string{"COURIER_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
+	"FLUX_TASK_RANK", "JSM_NAMESPACE_RANK", "PALS_RANKID", "RANK"}
+
+// launched reports whether a launcher started this process as a rank.
+func launched() bool {
+	for _, v := range rankVars {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // startedByItself reports whether an ancestor of this process runs the
