@@ -56,7 +56,11 @@ func TestFindResources(t *testing.T) {
 	}
 
 	l := leaks(before, take())
-	for _, want := range []string{"pipe:[", ": /dev/shm/" + name, "mapping(s) of /dev/shm/" + name, "address file " + addr} {
+	wants := []string{"pipe:[", ": /dev/shm/" + name, "mapping(s) of /dev/shm/" + name}
+	if tmpDir != "" { // the process that made the test directory checks it
+		wants = append(wants, "address file "+addr)
+	}
+	for _, want := range wants {
 		if !has(l, want) {
 			t.Errorf("the check does not see %q in %q", want, l)
 		}
