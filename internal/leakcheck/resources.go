@@ -35,9 +35,8 @@ import (
 // that a launcher started as a rank of a job (mpirun ./pkg.test, on the
 // GPU machine): its ranks meet through the address file of the TMPDIR
 // they share. Only the process that made the directory checks the
-// address files. Where /proc is missing
-// (not Linux) the descriptors, mappings and address files are not
-// checked.
+// address files. Where /proc is missing (not Linux) the descriptors,
+// mappings and address files are not checked.
 
 // ownerEnv names the process that made the test directory (its pid).
 const ownerEnv = "COURIER_LEAKCHECK_TMPDIR_OWNER"
