@@ -22,7 +22,21 @@ func dupFD(t *testing.T, f *os.File) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { forgetInherited(fd) })
 	return fd
+}
+
+// forgetInherited closes the socket inherited as fd, if the package
+// wrapped it (a process keeps it for its life; a test that made it
+// up ends it, so the leak check sees nothing left).
+func forgetInherited(fd int) {
+	inheritedSockets.mu.Lock()
+	defer inheritedSockets.mu.Unlock()
+	if s := inheritedSockets.m[fd]; s != nil {
+		s.ln.Close()
+		s.file.Close()
+		delete(inheritedSockets.m, fd)
+	}
 }
 
 func TestDetectListener(t *testing.T) {

@@ -116,3 +116,18 @@ END:
 		fmt.Println(err)
 	}
 }
+
+// Checking that a program freed what it allocated. (Compiled, not run:
+// it needs a GPU.)
+func ExampleLive() {
+	d, err := cuda.Alloc[float64](0, 1024)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(cuda.Live()) // 1 0
+	d.Free()
+	if dev, host := cuda.Live(); dev != 0 || host != 0 {
+		fmt.Printf("%d device and %d page-locked allocations still live\n", dev, host)
+	}
+}

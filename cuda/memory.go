@@ -408,6 +408,18 @@ func (p Pinned[T]) Free() error {
 	return nil
 }
 
+// Live returns how many allocations made through this package are live:
+// device memory from [Alloc] not yet freed, and page-locked memory from
+// [HostAlloc] not yet freed. A program, or its tests, checks with it that
+// it freed all it allocated. It is 0, 0 before the driver is loaded.
+func Live() (device, host int) {
+	s := current.Load()
+	if s == nil || s.l == nil {
+		return 0, 0
+	}
+	return s.l.mem.live()
+}
+
 // memTable records the live allocations: device memory, so that Free
 // refuses sub-slices and double frees, and page-locked memory, so that the
 // Async copies know whether the driver may read a host buffer after they

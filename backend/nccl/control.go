@@ -72,7 +72,7 @@ func decodeEnvelope(b *[envSize]byte) (envelope, error) {
 		typ:   backend.DType(b[20]),
 	}
 	if !e.typ.Valid() || e.count < 0 {
-		return envelope{}, fmt.Errorf("nccl: malformed envelope (type %d, count %d)", b[20], e.count)
+		return envelope{}, fmt.Errorf("nccl: %w: malformed envelope (type %d, count %d)", backend.ErrCorrupt, b[20], e.count)
 	}
 	return e, nil
 }

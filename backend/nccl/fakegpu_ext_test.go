@@ -123,8 +123,18 @@ func vcollOnDevice(c *mp.Comm) error {
 	if err != nil {
 		return err
 	}
+	var allocated []cuda.Slice[int64]
+	defer func() {
+		dev.Synchronize() // the collectives' copies are done
+		for _, d := range allocated {
+			d.Free()
+		}
+	}()
 	dslice := func(v []int64) (cuda.Slice[int64], error) {
 		d, err := cuda.Alloc[int64](dev, int64(len(v)))
+		if err == nil {
+			allocated = append(allocated, d)
+		}
 		if err == nil && len(v) > 0 {
 			err = cuda.CopyToDevice(d, v)
 		}

@@ -48,7 +48,7 @@ type hello struct {
 func decodeHello(k, size int, b []byte) (hello, error) {
 	var h hello
 	if len(b) == 0 {
-		return h, fmt.Errorf("nccl: rank %d sent an empty hello", k)
+		return h, fmt.Errorf("nccl: %w: rank %d sent an empty hello", backend.ErrCorrupt, k)
 	}
 	switch b[0] {
 	case helloUnsupported:
@@ -57,24 +57,24 @@ func decodeHello(k, size int, b []byte) (hello, error) {
 		return h, fmt.Errorf("nccl: rank %d cannot join: %s", k, b[1:])
 	case helloOK:
 	default:
-		return h, fmt.Errorf("nccl: rank %d sent a hello of kind %d", k, b[0])
+		return h, fmt.Errorf("nccl: %w: rank %d sent a hello of kind %d", backend.ErrCorrupt, k, b[0])
 	}
 	b = b[1:]
 	var fields [2]string
 	for i := range fields {
 		if len(b) < 2 {
-			return h, fmt.Errorf("nccl: rank %d sent a short hello", k)
+			return h, fmt.Errorf("nccl: %w: rank %d sent a short hello", backend.ErrCorrupt, k)
 		}
 		n := int(binary.LittleEndian.Uint16(b))
 		if len(b) < 2+n {
-			return h, fmt.Errorf("nccl: rank %d sent a short hello", k)
+			return h, fmt.Errorf("nccl: %w: rank %d sent a short hello", backend.ErrCorrupt, k)
 		}
 		fields[i] = string(b[2 : 2+n])
 		b = b[2+n:]
 	}
 	h.host, h.bus = fields[0], fields[1]
 	if len(b) != size*idBytes {
-		return h, fmt.Errorf("nccl: rank %d sent %d bytes of NCCL unique IDs, want %d", k, len(b), size*idBytes)
+		return h, fmt.Errorf("nccl: %w: rank %d sent %d bytes of NCCL unique IDs, want %d", backend.ErrCorrupt, k, len(b), size*idBytes)
 	}
 	h.ids = make([][idBytes]byte, size)
 	for p := range h.ids {

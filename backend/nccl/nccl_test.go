@@ -15,6 +15,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/backend/tcp"
+	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/internal/leakcheck"
 	"github.com/courier-mp/courier/internal/testscope"
 )
@@ -709,6 +710,14 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	closeGPUJob()
+	// The fake GPU's child, or a real GPU: every communicator is closed,
+	// and has freed its memory but the completion words a stream given to
+	// WaitOn may still read.
+	if dev, host := cuda.Live(); code == 0 && (dev != 0 || int64(host) != keptFlagWords.Load()) {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests left %d device and %d page-locked allocations (%d blocks of completion words kept for WaitOn)\n",
+			dev, host, keptFlagWords.Load())
+		code = 1
+	}
 	code = leakcheck.Check(code, "github.com/courier-mp/courier/backend/nccl.initBlocking.func1") // blocking inits left by a failed Open (TestFakeGPUChildOpenBounded)
 	os.Exit(code)
 }

@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -349,7 +348,7 @@ func collMismatch(rank int, theirs, mine uint64) error {
 
 // errNoArea: a peer's segment has no room for the collective area it
 // announced.
-var errNoArea = errors.New("collective area outside the segment")
+var errNoArea = fmt.Errorf("%w: collective area outside the segment", backend.ErrCorrupt)
 
 // newColl makes the collectives of h, whose inbox holds this rank's area
 // in mine and whose links hold the others'.

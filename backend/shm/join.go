@@ -125,9 +125,10 @@ func (m setupMsg) encode() []byte {
 	return binary.LittleEndian.AppendUint64(b, m.collOff)
 }
 
+// parseSetup reads a peer's setup message; a malformed one is ErrCorrupt.
 func parseSetup(b []byte) (setupMsg, error) {
 	if len(b) != setupSize || string(b[:4]) != setupMagic {
-		return setupMsg{}, errors.New("shm: not a courier shared-memory setup message")
+		return setupMsg{}, fmt.Errorf("%w: not a courier shared-memory setup message", backend.ErrCorrupt)
 	}
 	return setupMsg{
 		ringOff: binary.LittleEndian.Uint64(b[4:]),
@@ -135,6 +136,26 @@ func parseSetup(b []byte) (setupMsg, error) {
 		probe:   binary.LittleEndian.Uint64(b[20:]),
 		collOff: binary.LittleEndian.Uint64(b[28:]),
 	}, nil
+}
+
+// check says whether m, a peer's setup message, fits the peer's segment
+// of segLen bytes as this rank's message mine expects: its ring (after
+// the bell's page) and, when every rank is on this host, its collective
+// area (page aligned) lie inside it. A message that does not is
+// ErrCorrupt: a peer cannot make this rank map or read outside the
+// segment.
+func (m setupMsg) check(mine setupMsg, segLen int) error {
+	n := uint64(segLen)
+	if m.ringOff < page || m.ringOff > n || uint64(shmem.RingBytes(int(min(m.ringCap, 1<<30)))) > n-m.ringOff {
+		return fmt.Errorf("%w: ring at %d of %d bytes does not fit a segment of %d", backend.ErrCorrupt, m.ringOff, m.ringCap, segLen)
+	}
+	if (m.collOff == 0) != (mine.collOff == 0) {
+		return fmt.Errorf("%w: the two ranks disagree on whether every rank is on this host", backend.ErrMismatch)
+	}
+	if mine.collOff != 0 && (m.collOff%page != 0 || m.collOff > n || n-m.collOff < collAreaSize) {
+		return fmt.Errorf("%w: at %d in a segment of %d", errNoArea, m.collOff, segLen)
+	}
+	return nil
 }
 
 // ringCap is the capacity of each ring of an inbox shared with n other ranks.
@@ -257,8 +278,8 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 	seg.CloseFd()
 	l.peerSeg = seg
 	pm := seg.Bytes()
-	if theirs.ringOff < page || theirs.ringOff > uint64(len(pm)) || uint64(shmem.RingBytes(int(min(theirs.ringCap, 1<<30)))) > uint64(len(pm))-theirs.ringOff {
-		return fail(fmt.Errorf("ring at %d of %d bytes does not fit a segment of %d", theirs.ringOff, theirs.ringCap, len(pm)))
+	if err := theirs.check(mine, len(pm)); err != nil {
+		return fail(err)
 	}
 	out, err := shmem.AttachRing(pm[theirs.ringOff:])
 	if err != nil {
@@ -267,13 +288,7 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 	l.out = out
 	l.peerBell = shmem.NewBell((*uint32)(unsafe.Pointer(&pm[0])))
 	l.eager = int64(min(maxEager, int(theirs.ringCap)/8, int(mine.ringCap)/8))
-	if (theirs.collOff == 0) != (mine.collOff == 0) {
-		return fail(errors.New("the two ranks disagree on whether every rank is on this host"))
-	}
 	if mine.collOff != 0 {
-		if theirs.collOff%page != 0 || theirs.collOff > uint64(len(pm)) || uint64(len(pm))-theirs.collOff < collAreaSize {
-			return fail(fmt.Errorf("%w: at %d in a segment of %d", errNoArea, theirs.collOff, len(pm)))
-		}
 		l.coll = newArea(pm[theirs.collOff : theirs.collOff+collAreaSize])
 	}
 

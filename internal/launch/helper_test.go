@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/courier-mp/courier/internal/leakcheck"
 )
 
 // helperArg, as the first argument of the test binary, makes it act as a
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 	// Under -race, a process sleeps 1 s before exiting (GORACE
 	// atexit_sleep_ms); the ranks the tests start need not.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Check(m.Run()))
 }
 
 // helperCmd returns the Program and Args that make a rank run helper mode

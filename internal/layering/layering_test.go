@@ -86,7 +86,9 @@ var testOnly = map[string][]string{
 	"bootstrap":       {"internal/leakcheck"},
 	"backend/tcp":     {"internal/faultproxy", "internal/leakcheck"},
 	"internal/engine": {"internal/leakcheck"},
-	"backend/shm":     {"internal/conformance"}, // the thresholds lie in the suite's sweep
+	"backend/shm":     {"internal/conformance", "internal/leakcheck"}, // the thresholds lie in the suite's sweep
+	"internal/shm":    {"internal/leakcheck"},
+	"internal/launch": {"internal/leakcheck"},
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",

@@ -1,5 +1,7 @@
-// Package leakcheck fails a package's tests when they leave goroutines
-// behind. A package's TestMain ends with
+// Package leakcheck fails a package's tests when they leave goroutines,
+// file descriptors, shared-memory mappings or segments, or address files
+// behind (resources.go says what it compares, and how). A package's
+// TestMain ends with
 //
 //	os.Exit(leakcheck.Check(m.Run()))
 //
@@ -14,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/goleak"
@@ -24,24 +27,43 @@ const patience = 5 * time.Second
 
 // Check returns code, or 1 when code is 0 (the tests passed) and
 // goroutines other than the caller's are still running after a few
-// seconds; it then lists their stacks on stderr. A goroutine with one of
-// the functions named in stays on its stack (as the runtime names them:
+// seconds, or descriptors, shared memory or address files that the
+// process did not hold when it started are still held; it then lists
+// them (the goroutines' stacks) on stderr. A goroutine with one of the
+// functions named in stays on its stack (as the runtime names them:
 // "example.com/pkg.(*T).run.func1") may stay. While fuzzing (-test.fuzz)
 // it checks nothing: the fuzzing engine's workers come and go on their
-// own.
+// own. It removes the temporary directory the package made for the tests
+// (TMPDIR) either way.
 func Check(code int, stays ...string) int {
+	defer removeTmpDir()
 	if code != 0 || fuzzing() {
 		return code
 	}
+	if err := Remaining(patience, stays...); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// Remaining waits up to patience for the goroutines other than the
+// caller's to end and for what the process opened since it started to be
+// closed, and returns an error that lists what is left, or nil. A process
+// a test starts (a rank of a job) calls it to check itself after Close;
+// stays is as for Check.
+func Remaining(patience time.Duration, stays ...string) error {
 	var ignore []goleak.Option
 	for _, f := range stays {
 		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
 	}
 	if err := find(patience, ignore...); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the tests leaked goroutines: %v\n", err)
-		return 1
+		return fmt.Errorf("leaked goroutines: %w", err)
 	}
-	return code
+	if left := findResources(patience); len(left) > 0 {
+		return fmt.Errorf("left behind:\n\t%s", strings.Join(left, "\n\t"))
+	}
+	return nil
 }
 
 // find waits up to patience for the goroutines other than the caller's

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/courier-mp/courier/internal/leakcheck"
 )
 
 // roleEnv, when set, makes the test binary a helper process running that
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 	}
 	// Under -race a process sleeps 1 s before exiting; the helpers need not.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Check(m.Run()))
 }
 
 // socketPair returns two connected unix sockets of type typ.
