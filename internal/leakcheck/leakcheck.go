@@ -47,6 +47,26 @@ func Check(code int, stays ...string) int {
 	return code
 }
 
+// CheckGoroutines is Check of the goroutines alone: for a test binary
+// whose process holds descriptors and shared memory that are not the
+// tests' to release (a library such as MPI keeps them from its start to
+// the process's end).
+func CheckGoroutines(code int, stays ...string) int {
+	defer removeTmpDir()
+	if code != 0 || fuzzing() {
+		return code
+	}
+	var ignore []goleak.Option
+	for _, f := range stays {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	if err := find(patience, ignore...); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests leaked goroutines: %v\n", err)
+		return 1
+	}
+	return code
+}
+
 // Remaining waits up to patience for the goroutines other than the
 // caller's to end and for what the process opened since it started to be
 // closed, and returns an error that lists what is left, or nil. A process

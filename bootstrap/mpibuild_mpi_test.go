@@ -1,0 +1,6 @@
+//go:build mpi && unix
+
+package bootstrap
+
+// mpiBuild: the tests are built with -tags mpi (TestMain).
+const mpiBuild = true
