@@ -336,17 +336,7 @@ func (p *Peer) onLeave(h *Header) {
 	}
 	err := leftError(r, aborted)
 	c.left[r].Store(&err)
-	var ended []*request
-	keep := c.posted[:0]
-	for _, q := range c.posted {
-		if q.peer == r {
-			ended = append(ended, q)
-		} else {
-			keep = append(keep, q)
-		}
-	}
-	clear(c.posted[len(keep):])
-	c.posted = keep
+	ended := c.takePostedIf(nil, func(q *request) bool { return q.peer == r })
 	ended = e.takeInflight(p, c, ended)
 	e.mu.Unlock()
 	for _, q := range ended {

@@ -52,16 +52,9 @@ func (e *Engine) failPeer(p *Peer, err error) {
 		if wild && failed && !slices.ContainsFunc(c.posted, isWild) {
 			c.wildLosses = append(c.wildLosses, c.peerErr(p, err)) // for the next one
 		}
-		keep := c.posted[:0]
-		for _, q := range c.posted {
-			if q.peer == r || (wild && q.peer == backend.AnySource) {
-				ended = append(ended, q)
-			} else {
-				keep = append(keep, q)
-			}
-		}
-		clear(c.posted[len(keep):])
-		c.posted = keep
+		ended = c.takePostedIf(ended, func(q *request) bool {
+			return q.peer == r || (wild && q.peer == backend.AnySource)
+		})
 	}
 	// Unexpected messages stay: whole ones may still be received, and a
 	// receive that matches an RTS from p ends with p's loss then. A message

@@ -75,6 +75,23 @@ func (c *Comm) takePosted(m *envelope) *request {
 	return nil
 }
 
+// takePostedIf removes from c's posted receives those end reports true
+// for, keeping the others in their order, and returns ended with the
+// removed ones appended; under e.mu.
+func (c *Comm) takePostedIf(ended []*request, end func(*request) bool) []*request {
+	keep := c.posted[:0]
+	for _, q := range c.posted {
+		if end(q) {
+			ended = append(ended, q)
+		} else {
+			keep = append(keep, q)
+		}
+	}
+	clear(c.posted[len(keep):])
+	c.posted = keep
+	return ended
+}
+
 // verdict decides whether message m may land in receive r: nil, or the
 // error r ends with. Element types must agree; with checks on, counts too.
 // Ranks are those of r's communicator.

@@ -85,17 +85,7 @@ func (c *Comm) revoke(by, lost int) {
 	c.revoked = err
 	re := err
 	c.revokedErr.Store(&re)
-	var ended []*request
-	keep := c.posted[:0]
-	for _, q := range c.posted {
-		if q.tag == backend.ShrinkTag {
-			keep = append(keep, q)
-		} else {
-			ended = append(ended, q)
-		}
-	}
-	clear(c.posted[len(keep):])
-	c.posted = keep
+	ended := c.takePostedIf(nil, func(q *request) bool { return q.tag != backend.ShrinkTag })
 	// Rendezvous are never the agreement's: its messages are small.
 	ended = e.takeInflight(nil, c, ended)
 	for _, r := range ended {
