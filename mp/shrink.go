@@ -102,24 +102,7 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 		return fail(err)
 	}
 	c.shrunk = true
-	d := &Comm{
-		conn:        conn,
-		rank:        slices.Index(members, c.rank),
-		size:        len(members),
-		backendName: c.backendName,
-		timeout:     c.timeout,
-		watchdog:    c.watchdog,
-		check:       c.check,
-		job:         c.job,
-		env:         c.env,
-		id:          id,
-		name:        fmt.Sprintf("shrink %d of %s", n, c.name),
-		parent:      c,
-		fam:         c.fam,
-	}
-	c.fam.opened(d)
-	d.track()
-	return d, nil
+	return c.child(conn, members, id, fmt.Sprintf("shrink %d of %s", n, c.name)), nil
 }
 
 // revokedErr is the error of c's collectives once Shrink has begun on it

@@ -222,6 +222,13 @@ func (c *Comm) derive(op string, color, key int, pc uintptr) (*Comm, error) {
 		c.fam.release(id)
 		return fail(err)
 	}
+	return c.child(conn, members, id, fmt.Sprintf("%s %d of %s", op, seq, c.name)), nil
+}
+
+// child makes the communicator derived from c over conn, whose ranks are
+// c's members in that order, with c's settings, and counts it among c's
+// family (Split, Dup, Shrink).
+func (c *Comm) child(conn backend.Conn, members []int, id uint32, name string) *Comm {
 	d := &Comm{
 		conn:        conn,
 		rank:        slices.Index(members, c.rank),
@@ -233,13 +240,13 @@ func (c *Comm) derive(op string, color, key int, pc uintptr) (*Comm, error) {
 		job:         c.job,
 		env:         c.env,
 		id:          id,
-		name:        fmt.Sprintf("%s %d of %s", op, seq, c.name),
+		name:        name,
 		parent:      c,
 		fam:         c.fam,
 	}
 	c.fam.opened(d)
 	d.track()
-	return d, nil
+	return d
 }
 
 // allgatherLocked all-gathers mine (one block per rank) into all over c,
