@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,60 +217,4 @@ func TestLoopbackWaiterAndReaderKeepOrder(t *testing.T) {
 			t.Errorf("rank %d: waiters wrote no DATA frame (the writer goroutine %d)", i, chunks[0])
 		}
 	}
-}
-
-// TestDataLeftByPollIsFinished: a large send whose DATA a poll began to
-// write (without blocking, so most of it is left) completes although
-// nobody polls again. Here the poll is a Test made while a waiter spins
-// (so the CTS's arrival did not wake the writer goroutine), and that
-// waiter leaves while the Test still runs the jobs, so its SpinEnd finds
-// them busy: the Test, seeing no spinner left, hands the rest to the
-// writer goroutine. Before, it was left for a poll that never came.
-func TestDataLeftByPollIsFinished(t *testing.T) {
-	cs := loopback(t)
-	const n = 16 << 20 // far more than the socket buffers hold
-	out, in := make([]byte, n), make([]byte, n)
-	pattern(out, 0, 1)
-	rr, err := cs[1].Irecv(backend.Buffer{Ptr: unsafePointer(in), Count: n, Type: backend.Uint8}, 0, 5, 0)
-	require.NoError(t, err)
-	recvDone := make(chan error, 1)
-	go func() {
-		_, err := rr.Wait(20 * time.Second)
-		recvDone <- err
-	}()
-	l := cs[0].(*engine.Engine).Link(1).(*link)
-	p := l.poller
-	require.NotNil(t, p)
-	p.SpinStart() // the waiter
-	sr, err := cs[0].Isend(backend.Buffer{Ptr: unsafePointer(out), Count: n, Type: backend.Uint8}, 1, 5, 0)
-	require.NoError(t, err)
-	began := func() bool {
-		l.wmu.Lock()
-		defer l.wmu.Unlock()
-		return l.chunks[1] > 0
-	}
-	var left atomic.Bool
-	hook := func(l *link) {
-		if l.djOn.Load() && left.CompareAndSwap(false, true) {
-			p.SpinEnd(true) // the waiter leaves while this poll holds the jobs
-		}
-	}
-	testAfterJobs.Store(&hook)
-	defer testAfterJobs.Store(nil)
-	for start := time.Now(); !began() || !left.Load(); {
-		sr.Test() // reads the CTS, begins the DATA
-		require.Less(t, time.Since(start), 10*time.Second, "no poll began the DATA")
-		time.Sleep(100 * time.Microsecond)
-	}
-	select {
-	case <-sr.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the send's DATA was left half written with nobody to finish it")
-	}
-	_, err = sr.Wait(time.Second)
-	require.NoError(t, err)
-	sr.Release()
-	require.NoError(t, <-recvDone)
-	rr.Release()
-	require.NoError(t, checkPattern(in, 0, 1))
 }

@@ -3,7 +3,6 @@ package tcp
 import (
 	"errors"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/courier-mp/courier/internal/engine"
@@ -86,23 +85,16 @@ func (l *link) startData(j engine.Job) bool {
 }
 
 // pushData writes the DATA job under way, chunk by chunk, as far as the
-// socket takes it without blocking and at most one chunk (block false),
-// or in full, and reports
+// socket takes it without blocking (block false) or in full, and reports
 // whether the job has ended (DataEnd: the send completes, or fails with
 // the link's error, which pushData returns). Under l.wmu.
 func (l *link) pushData(block bool) (bool, error) {
-	for begun := 0; ; {
+	for {
 		ok, err := l.flushPart(block)
 		if err == nil && !ok {
 			return false, nil
 		}
-		if err == nil && l.djOff < len(l.djData) && !block && begun == 1 {
-			// A waiter writes one chunk a poll, then looks at its own
-			// request again.
-			return false, nil
-		}
 		if err == nil && l.djOff < len(l.djData) {
-			begun++
 			if err = l.p.Down(); err == nil {
 				n := min(engine.MaxChunk, len(l.djData)-l.djOff)
 				h := engine.DataHeader(l.dj, l.djOff, n)
@@ -150,28 +142,14 @@ func (l *link) work(waiter bool) (ran, bye bool) {
 	l.qbusy = true
 	l.qmu.Unlock()
 	ran, bye, wake := l.runJobs(waiter)
-	if f := testAfterJobs.Load(); f != nil {
-		(*f)(l)
-	}
 	l.qmu.Lock()
 	l.qbusy = false
-	left := len(l.queue) > 0 || l.djOn.Load()
 	l.qmu.Unlock()
-	// A waiter leaves what it could not do to the next waiter's poll, or,
-	// when none spins (it polled once, from Test, or the last spinner's
-	// SpinEnd found the jobs busy with it), to the writer goroutine. The
-	// spinners' count is read after qbusy is released, and SpinEnd's
-	// handBack reads qbusy after the count drops: one of the two sees the
-	// other, so the jobs are never left with nobody to run them.
-	if wake || (waiter && left && (l.poller == nil || l.poller.spinners.Load() == 0)) {
+	if wake {
 		l.signal()
 	}
 	return ran, bye
 }
-
-// testAfterJobs, set by a test, runs in work between the jobs and the
-// release of qbusy.
-var testAfterJobs atomic.Pointer[func(l *link)]
 
 // runJobs is work's loop, with qbusy held; wake: a waiter stopped at a job
 // that is the writer goroutine's.
