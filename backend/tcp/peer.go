@@ -41,17 +41,6 @@ type link struct {
 	wvec    [2][]byte
 	sendSeq uint64 // under wmu
 
-	// The DATA job under way and the part of a frame a non-blocking write
-	// left (write.go); under wmu, but djOn, which pollers look at without it.
-	dj      engine.Job
-	djData  []byte
-	djOff   int // payload bytes put in frames so far
-	djOn    atomic.Bool
-	part    [2][]byte // the frame's bytes not yet written: header, payload
-	partHdr [engine.HeaderSize]byte
-	wio     sysIO
-	chunks  [2]uint64 // DATA frames begun by the writer goroutine [0] and by waiters [1], for tests
-
 	qmu      sync.Mutex
 	queue    []engine.Job
 	qbusy    bool         // a goroutine is running the queue's jobs; under qmu
@@ -62,7 +51,7 @@ type link struct {
 }
 
 func newLink(e *engine.Engine, nc net.Conn) *link {
-	l := &link{
+	return &link{
 		e:      e,
 		nc:     nc,
 		rd:     newReader(nc),
@@ -72,8 +61,6 @@ func newLink(e *engine.Engine, nc net.Conn) *link {
 		kick:   make(chan struct{}, 1),
 		quit:   make(chan struct{}),
 	}
-	l.wio.init()
-	return l
 }
 
 func (l *link) start() {

@@ -63,7 +63,7 @@ func (p *poller) Spin() bool { return p.Poll() }
 func (p *poller) SpinEnd(parking bool) {
 	if p.spinners.Add(-1) == 0 {
 		for _, l := range p.links {
-			if l.qlen.Load() > 0 || l.djOn.Load() {
+			if l.qlen.Load() > 0 {
 				l.handBack()
 			}
 			if parking {
@@ -91,7 +91,7 @@ func (l *link) poll() bool {
 			l.nc.Close()
 		}
 	}
-	if l.qlen.Load() > 0 || l.djOn.Load() {
+	if l.qlen.Load() > 0 {
 		if ran, _ := l.work(true); ran {
 			did = true
 		}

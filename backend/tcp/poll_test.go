@@ -206,15 +206,9 @@ func TestLoopbackWaiterAndReaderKeepOrder(t *testing.T) {
 		l.rmu.Lock()
 		taken := l.rd.taken
 		l.rmu.Unlock()
-		l.wmu.Lock()
-		chunks := l.chunks
-		l.wmu.Unlock()
-		t.Logf("rank %d: %d steps by the reader goroutine, %d by waiters; DATA frames begun by the writer goroutine %d, by waiters %d", i, taken[0], taken[1], chunks[0], chunks[1])
+		t.Logf("rank %d: %d steps by the reader goroutine, %d by waiters", i, taken[0], taken[1])
 		if taken[0] == 0 || taken[1] == 0 {
 			t.Errorf("rank %d: the reader goroutine took %d steps and waiters %d: the test did not exercise both", i, taken[0], taken[1])
-		}
-		if chunks[1] == 0 {
-			t.Errorf("rank %d: waiters wrote no DATA frame (the writer goroutine %d)", i, chunks[0])
 		}
 	}
 }

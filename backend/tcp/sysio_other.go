@@ -17,8 +17,6 @@ type sysIO struct {
 	err            error
 	readFn, heldFn func(fd uintptr)
 	waitFn         func(fd uintptr) bool
-	vec            [2][]byte
-	writeFn        func(fd uintptr)
 }
 
 func (s *sysIO) init() {}

@@ -19,12 +19,6 @@ type sysIO struct {
 	readFn, heldFn func(fd uintptr)
 	waitFn         func(fd uintptr) bool
 	one            [1]byte
-
-	// writev's arguments: the caller sets vec, writeFn writes what the
-	// socket takes now (n, err), without blocking.
-	vec     [2][]byte
-	iov     [2]unix.Iovec
-	writeFn func(fd uintptr)
 }
 
 // errAgain is the error of a read that would block.
@@ -49,30 +43,6 @@ func (s *sysIO) init() {
 				return
 			}
 		}
-	}
-	s.writeFn = func(fd uintptr) {
-		cnt := 0
-		for _, b := range s.vec {
-			if len(b) > 0 {
-				s.iov[cnt].Base = &b[0]
-				s.iov[cnt].SetLen(len(b))
-				cnt++
-			}
-		}
-		for {
-			// writev on the iovecs held here (unix.Writev would allocate
-			// its own).
-			r, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.iov[0])), uintptr(cnt))
-			if errno == unix.EINTR {
-				continue
-			}
-			s.n, s.err = int(r), nil
-			if errno != 0 {
-				s.n, s.err = 0, errno
-			}
-			break
-		}
-		s.iov = [2]unix.Iovec{}
 	}
 	s.heldFn = func(fd uintptr) { s.n, s.err = unix.IoctlGetInt(int(fd), ioctlHeld) }
 	s.waitFn = func(fd uintptr) bool {
