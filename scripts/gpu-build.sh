@@ -42,6 +42,7 @@ binaries=(
 	"proctest ./internal/conformance/proctest/"
 	"pingpong ./examples/pingpong/"
 	"courier ./cmd/courier/"
+	"mp ./mp/"
 )
 
 for arg in "$@"; do
