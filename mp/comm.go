@@ -67,6 +67,7 @@ type Comm struct {
 	check       bool
 	job         backend.Job
 	env         func(string) string
+	cores       bool // Init lowered GOMAXPROCS for it (cores.go)
 
 	// order lets one collective (or Barrier) of this rank run at a
 	// time, in their start order, blocking and non-blocking (icoll.go):
@@ -216,6 +217,16 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		}
 		job.Generation = gen
 	}
+	// A process of its own (not WithJob's ranks in one process) takes its
+	// share of the cores before its transports start (cores.go).
+	lowered := cfg.job == nil && shareCores(job.LocalSize, os.Getenv)
+	if lowered {
+		defer func() { // on failure; success hands it to the Comm
+			if lowered {
+				releaseCores()
+			}
+		}()
+	}
 	exch, err := bootstrap.Connect(ctx, job)
 	if err != nil {
 		return fail(generationHint(gen, err))
@@ -248,7 +259,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		env:         cfg.env,
 		name:        "world",
 		fam:         newFamily(),
+		cores:       lowered,
 	}
+	lowered = false
 	c.track()
 	return c, nil
 }
@@ -451,6 +464,9 @@ func (c *Comm) Close() error {
 			}
 			if ferr := bootstrap.Finalize(); ferr != nil {
 				err = errors.Join(err, ferr)
+			}
+			if c.cores {
+				releaseCores()
 			}
 		}
 		c.closeErr = c.opErr("close", -1, -1, err)

@@ -88,6 +88,10 @@ func parseCard(b []byte) (card, error) {
 	return card{tcp: string(f[0]), host: string(f[1]), unix: string(f[2])}, nil
 }
 
+// sameHost reports whether ranks with cards a and b run on one host (and
+// so share its cores), whether or not they may share memory.
+func sameHost(a, b card) bool { return a.host != "" && a.host == b.host }
+
 // local reports whether ranks with cards a and b share memory.
 func local(a, b card) bool { return a.host != "" && a.host == b.host && a.unix != "" && b.unix != "" }
 
@@ -109,15 +113,20 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 		defer tln.Close()
 		mine.tcp = tln.Addr().String()
 	}
+	// The host's id goes on the card whatever the transports: ranks on
+	// one host share its cores, so their waiters must yield (engine
+	// Options.LocalRanks) on TCP alone too.
+	hostID, hostErr := shmem.HostID()
+	mine.host = hostID
 	if tr.shm {
-		if id, err := shmem.HostID(); err == nil {
+		if hostErr == nil {
 			var nonce [16]byte
 			rand.Read(nonce[:])
 			name := "@courier-" + hex.EncodeToString(nonce[:])
 			if l, err := net.Listen("unix", name); err == nil {
 				uln = l
 				defer uln.Close()
-				mine.host, mine.unix = id, name
+				mine.unix = name
 			}
 		}
 		if uln == nil && !tr.tcp {
@@ -149,11 +158,13 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 		}
 	}
 	isLocal := make([]bool, size)
-	nlocal := 1
+	nlocal := 1 // ranks on this host, this one included
 	for j := range cards {
+		if j != rank && sameHost(mine, cards[j]) {
+			nlocal++
+		}
 		if j != rank && local(mine, cards[j]) {
 			isLocal[j] = true
-			nlocal++
 		} else if j != rank && (!tr.tcp || cards[j].tcp == "") {
 			return nil, fmt.Errorf("%w: rank %d is on another host (or offers no shared memory) and TCP is not among COURIER_TRANSPORTS", backend.ErrNotSupported, j)
 		}

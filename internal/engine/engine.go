@@ -22,6 +22,7 @@ type Engine struct {
 	peers      []*Peer // nil at rank
 	pollers    []Poller
 	yield      bool // ranks outnumber cores: spinners yield the core
+	crowded    bool // ranks outnumber this process's Ps (GOMAXPROCS)
 
 	mu       sync.Mutex
 	world    *Comm               // communicator 0: every rank, ranks as the job's
@@ -73,7 +74,8 @@ func New(o Options) (*Engine, error) {
 		discard:  make(map[uint64]owed),
 		nextID:   1,
 		linger:   o.Linger,
-		yield:    o.LocalRanks > runtime.GOMAXPROCS(0) || o.LocalRanks > runtime.NumCPU(),
+		yield:    o.LocalRanks > runtime.NumCPU(),
+		crowded:  o.LocalRanks > runtime.GOMAXPROCS(0),
 	}
 	if e.linger <= 0 {
 		e.linger = DefaultLinger

@@ -77,21 +77,19 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 // SpinPause is what a goroutine polling in a loop does between its polls
 // (i counts them from 0): when ranks outnumber cores it gives the core
 // away (sched_yield), so a rank never spins while the rank it waits for
-// cannot run; otherwise it lets the runtime schedule other goroutines
-// every 64 polls. The shared-memory collectives wait the same way.
+// cannot run; it lets the runtime schedule other goroutines every 64
+// polls. The shared-memory collectives wait the same way.
 func (e *Engine) SpinPause(i int) {
-	if e.yield {
-		// Ranks of one process (goroutines, as tests run them) need this
-		// process's Ps, which sched_yield does not give away: each pause
-		// hands the P on when several engines are open here, and every 64
-		// pauses otherwise, so other goroutines are never starved. (A
-		// Gosched on every pause, in a process of one rank, doubled an
-		// 8-byte Allreduce's time on 4 ranks sharing 2 cores.)
-		if i&63 == 63 || engines.Load() > 1 {
-			runtime.Gosched()
-		}
-		osYield()
-	} else if i&63 == 63 {
+	// Ranks of one process (goroutines, as tests run them) that outnumber
+	// its Ps need them, and sched_yield does not give a P away: each
+	// pause hands the P on when several engines are open here, and every
+	// 64 pauses otherwise, so other goroutines are never starved. (A
+	// Gosched on every pause, in a process of one rank, doubled an
+	// 8-byte Allreduce's time on 4 ranks sharing 2 cores.)
+	if i&63 == 63 || (e.crowded && engines.Load() > 1) {
 		runtime.Gosched()
+	}
+	if e.yield {
+		osYield()
 	}
 }

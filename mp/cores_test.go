@@ -1,0 +1,37 @@
+package mp
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestShareCores: ranks that outnumber the CPUs lower GOMAXPROCS to 1,
+// the last release puts it back, and a GOMAXPROCS in the environment or
+// ranks that fit the CPUs leave it alone.
+func TestShareCores(t *testing.T) {
+	prev := runtime.GOMAXPROCS(2)
+	defer runtime.GOMAXPROCS(prev)
+	noEnv := func(string) string { return "" }
+	n := runtime.NumCPU()
+
+	require.False(t, shareCores(n, noEnv), "as many ranks as CPUs")
+	require.Equal(t, 2, runtime.GOMAXPROCS(0))
+	require.False(t, shareCores(-1, noEnv), "a launcher that does not say")
+	require.False(t, shareCores(n+1, func(k string) string {
+		if k == "GOMAXPROCS" {
+			return "2"
+		}
+		return ""
+	}), "GOMAXPROCS set by the user")
+	require.Equal(t, 2, runtime.GOMAXPROCS(0))
+
+	require.True(t, shareCores(n+1, noEnv))
+	require.Equal(t, 1, runtime.GOMAXPROCS(0))
+	require.True(t, shareCores(2*n, noEnv), "a second Init while lowered")
+	releaseCores()
+	require.Equal(t, 1, runtime.GOMAXPROCS(0), "one communicator that lowered it is still open")
+	releaseCores()
+	require.Equal(t, 2, runtime.GOMAXPROCS(0))
+}
