@@ -172,6 +172,14 @@ func WithEnv(getenv func(string) string) Option {
 // fails still counts. Calls with WithJob are not numbered. (Built with
 // -tags mpi, Close ends MPI, after which Init fails: keep a communicator
 // open until the last Init has returned.)
+//
+// When the launcher says that at least as many ranks share this host as
+// the process may use CPUs (runtime.NumCPU), and every other rank is
+// reached over TCP, an Init from the environment sets GOMAXPROCS to 1, as
+// a launcher's core binding would, unless the environment sets
+// GOMAXPROCS; the Close of the last communicator that lowered it
+// restores the old value. The ranks then take turns on the cores instead
+// of waking each other's idle threads on every message.
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	cfg := config{env: os.Getenv}
 	for _, o := range opts {
@@ -217,16 +225,6 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		}
 		job.Generation = gen
 	}
-	// A process of its own (not WithJob's ranks in one process) takes its
-	// share of the cores before its transports start (cores.go).
-	lowered := cfg.job == nil && shareCores(job.LocalSize, os.Getenv)
-	if lowered {
-		defer func() { // on failure; success hands it to the Comm
-			if lowered {
-				releaseCores()
-			}
-		}()
-	}
 	exch, err := bootstrap.Connect(ctx, job)
 	if err != nil {
 		return fail(generationHint(gen, err))
@@ -247,6 +245,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return fail(generationHint(gen, err))
 	}
+	// A process of its own (not WithJob's ranks in one process) whose
+	// peers are all over TCP takes its share of the cores (cores.go).
+	lowered := cfg.job == nil && allTCP(conn, job.Rank, job.Size) && shareCores(job.LocalSize, os.Getenv)
 	c := &Comm{
 		conn:        conn,
 		rank:        job.Rank,
@@ -261,7 +262,6 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		fam:         newFamily(),
 		cores:       lowered,
 	}
-	lowered = false
 	c.track()
 	return c, nil
 }

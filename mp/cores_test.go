@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestShareCores: ranks that outnumber the CPUs lower GOMAXPROCS to 1,
+// TestShareCores: ranks that fill the CPUs lower GOMAXPROCS to 1,
 // the last release puts it back, and a GOMAXPROCS in the environment or
 // ranks that fit the CPUs leave it alone.
 func TestShareCores(t *testing.T) {
@@ -16,7 +16,8 @@ func TestShareCores(t *testing.T) {
 	noEnv := func(string) string { return "" }
 	n := runtime.NumCPU()
 
-	require.False(t, shareCores(n, noEnv), "as many ranks as CPUs")
+	require.False(t, shareCores(n-1, noEnv), "fewer ranks than CPUs")
+	require.False(t, shareCores(1, noEnv), "one rank")
 	require.Equal(t, 2, runtime.GOMAXPROCS(0))
 	require.False(t, shareCores(-1, noEnv), "a launcher that does not say")
 	require.False(t, shareCores(n+1, func(k string) string {
@@ -27,11 +28,24 @@ func TestShareCores(t *testing.T) {
 	}), "GOMAXPROCS set by the user")
 	require.Equal(t, 2, runtime.GOMAXPROCS(0))
 
-	require.True(t, shareCores(n+1, noEnv))
+	require.True(t, shareCores(max(n, 2), noEnv), "as many ranks as CPUs")
 	require.Equal(t, 1, runtime.GOMAXPROCS(0))
 	require.True(t, shareCores(2*n, noEnv), "a second Init while lowered")
 	releaseCores()
 	require.Equal(t, 1, runtime.GOMAXPROCS(0), "one communicator that lowered it is still open")
 	releaseCores()
 	require.Equal(t, 2, runtime.GOMAXPROCS(0))
+}
+
+// tcpConn names a transport per rank, as the host backend does.
+type tcpConn []string
+
+func (c tcpConn) Transport(r int) string { return c[r] }
+
+// TestAllTCP: only a rank whose every peer is over TCP shares its cores.
+func TestAllTCP(t *testing.T) {
+	require.True(t, allTCP(tcpConn{"self", "tcp", "tcp"}, 0, 3))
+	require.False(t, allTCP(tcpConn{"self", "tcp", "shm"}, 0, 3))
+	require.False(t, allTCP(tcpConn{"self"}, 0, 1), "one rank")
+	require.False(t, allTCP(struct{}{}, 0, 2), "a backend that names no transport")
 }
