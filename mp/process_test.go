@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	leakcheck.WarmCUDA() // the GPU tests load the CUDA driver, which keeps descriptors
 	os.Exit(leakcheck.Check(m.Run()))
 }
 

@@ -708,7 +708,7 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 	}
-	warmDriver()
+	leakcheck.WarmCUDA()
 	code := m.Run()
 	closeGPUJob()
 	// The fake GPU's child, or a real GPU: every communicator is closed,
@@ -721,36 +721,6 @@ func TestMain(m *testing.M) {
 	}
 	code = leakcheck.Check(code, "github.com/courier-mp/courier/backend/nccl.initBlocking.func1") // blocking inits left by a failed Open (TestFakeGPUChildOpenBounded)
 	os.Exit(code)
-}
-
-// warmDriver starts the CUDA driver where a GPU is present and makes it
-// give every device a context, a stream and an event, so that the pipes
-// and sockets it opens then, and keeps until the process ends, are in
-// the leak check's baseline (leakcheck.Rebase). Elsewhere it does
-// nothing.
-func warmDriver() {
-	if (Driver{}).Available() != nil {
-		return
-	}
-	n, err := cuda.DeviceCount()
-	if err != nil {
-		return
-	}
-	for d := range n {
-		dev := cuda.Device(d)
-		if buf, err := cuda.Alloc[uint8](dev, 1); err == nil {
-			buf.Free()
-		}
-		if s, err := cuda.NewStream(dev); err == nil {
-			if e, err := cuda.NewEvent(dev); err == nil {
-				e.Record(s)
-				e.Destroy()
-			}
-			s.Synchronize()
-			s.Destroy()
-		}
-	}
-	leakcheck.Rebase()
 }
 
 // TestStagingIsBounded: many host messages posted at once go to NCCL in

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/courier-mp/courier/cuda"
 )
 
 // Besides goroutines, Check compares what the process holds at the end
@@ -108,6 +110,34 @@ func startedByItself() bool {
 		}
 	}
 	return false
+}
+
+// WarmCUDA starts the CUDA driver where one is present and has it make a
+// context, a stream and an event on every device, then Rebases: the
+// pipes and the socket the driver opens then, and keeps until the
+// process ends, are not the tests' leaks. Where CUDA is absent it does
+// nothing. Call it from the TestMain of a package whose tests use a GPU,
+// before m.Run.
+func WarmCUDA() {
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return
+	}
+	for d := range n {
+		dev := cuda.Device(d)
+		if buf, err := cuda.Alloc[uint8](dev, 1); err == nil {
+			buf.Free()
+		}
+		if s, err := cuda.NewStream(dev); err == nil {
+			if e, err := cuda.NewEvent(dev); err == nil {
+				e.Record(s)
+				e.Destroy()
+			}
+			s.Synchronize()
+			s.Destroy()
+		}
+	}
+	Rebase()
 }
 
 // Rebase takes what the process holds now as what it started with: for a
