@@ -43,6 +43,7 @@ binaries=(
 	"pingpong ./examples/pingpong/"
 	"courier ./cmd/courier/"
 	"mp ./mp/"
+	"jacobi ./examples/jacobi/"
 )
 
 for arg in "$@"; do
