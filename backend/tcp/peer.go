@@ -51,6 +51,7 @@ type link struct {
 }
 
 func newLink(e *engine.Engine, nc net.Conn) *link {
+	nc = ownConn(nc)
 	return &link{
 		e:      e,
 		nc:     nc,

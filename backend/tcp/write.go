@@ -17,12 +17,19 @@ func (l *link) writeFrame(h *engine.Header, payload []byte) error {
 		_, err := l.nc.Write(b)
 		return err
 	}
+	if vw, ok := l.nc.(vecWriter); ok {
+		return vw.writev(l.whdr[:], payload)
+	}
 	l.wvec[0], l.wvec[1] = l.whdr[:], payload
 	l.wbufs = l.wvec[:]
 	_, err := l.wbufs.WriteTo(l.nc)
 	l.wvec[1] = nil
 	return err
 }
+
+// vecWriter is a connection that writes two buffers in one system call
+// without allocating (fdConn).
+type vecWriter interface{ writev(a, b []byte) error }
 
 // work runs the queued jobs in order, unless another goroutine is running
 // them (it takes what is queued meanwhile too). A waiter (polling) runs

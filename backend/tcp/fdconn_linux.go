@@ -1,0 +1,373 @@
+package tcp
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// fdConn is a link's TCP connection on a descriptor of the link's own,
+// outside the Go runtime's netpoller.
+//
+// Why: a rank process whose GOMAXPROCS leaves Ps idle keeps a thread
+// parked in the netpoller's epoll, and every segment that arrives on a
+// socket registered there wakes it, even while the goroutine that wants
+// the data is polling the socket itself (engine.Poller). On virtual
+// machines that wake-up is paid inside the sender's writev, on the
+// message's critical path: with GOMAXPROCS 16 against 1, a one-way TCP
+// message took 6.97 against 6.17 µs on the 16-core host, an 8-byte
+// Allreduce on 8 ranks 52.4 against 46.4 (docs/benchmarks.md, "Ranks that
+// fill the cores"). A descriptor outside the netpoller wakes nobody: a
+// goroutine that must sleep until it can read or write waits in poll(2)
+// on that descriptor alone, and only then.
+//
+// newFDConn duplicates the connection's descriptor and closes the
+// net.Conn, which removes the original from the netpoller (the socket
+// lives on in the duplicate). Reads and writes are non-blocking system
+// calls; a goroutine that must wait arms the socket in its side's epoll
+// instance (waitSide), which is in the netpoller, and parks there, so
+// deadlines and Close wake it as they would a net.Conn's. The descriptor
+// is closed when Close has been called and the last operation under way
+// has returned, so no operation ever uses a number the process has
+// reused.
+type fdConn struct {
+	fd           int
+	refs         atomic.Int32 // 1 for the open connection, +1 per operation under way
+	closing      atomic.Bool
+	laddr, raddr net.Addr
+	rd, wr       waitSide      // the reading and the writing side's waits
+	iov          [2]unix.Iovec // writev's, under the link's wmu
+}
+
+// waitSide is how one direction of an fdConn sleeps: an epoll instance
+// of its own holding the socket, armed (EPOLLONESHOT) only by a goroutine
+// about to sleep, and itself registered in the runtime's netpoller (an
+// *os.File), so that the sleeping goroutine parks there like any other,
+// holding no thread. A socket that is not armed wakes nothing when data
+// comes.
+type waitSide struct {
+	f      *os.File // the epoll instance, in the netpoller
+	rc     syscall.RawConn
+	events uint32 // what arming waits for
+	ev     [1]unix.EpollEvent
+	check  func(fd uintptr) bool
+}
+
+// newFDConn moves tc onto a descriptor of its own, or returns tc's error
+// (tc is then left as it was).
+func newFDConn(tc *net.TCPConn) (*fdConn, error) {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	nfd := -1
+	var derr error
+	if cerr := rc.Control(func(fd uintptr) {
+		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); cerr != nil {
+		return nil, cerr
+	}
+	if derr != nil {
+		return nil, os.NewSyscallError("fcntl", derr)
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	c := &fdConn{fd: nfd, laddr: tc.LocalAddr(), raddr: tc.RemoteAddr()}
+	c.refs.Store(1)
+	if err := c.rd.init(nfd, unix.EPOLLIN|unix.EPOLLRDHUP, "courier-tcp-read"); err != nil {
+		unix.Close(nfd)
+		return nil, err
+	}
+	if err := c.wr.init(nfd, unix.EPOLLOUT, "courier-tcp-write"); err != nil {
+		c.rd.f.Close()
+		unix.Close(nfd)
+		return nil, err
+	}
+	tc.Close() // the runtime forgets its descriptor; the socket stays open in ours
+	return c, nil
+}
+
+// init makes the side's epoll instance, with sock in it unarmed, and puts
+// the instance in the runtime's netpoller.
+func (w *waitSide) init(sock int, events uint32, name string) error {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return os.NewSyscallError("epoll_create1", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(sock)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, sock, &ev); err != nil {
+		unix.Close(ep)
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		return os.NewSyscallError("fcntl", err)
+	}
+	w.events = events
+	w.f = os.NewFile(uintptr(ep), name)
+	if w.rc, err = w.f.SyscallConn(); err != nil {
+		w.f.Close()
+		return err
+	}
+	// The instance is readable once the armed socket is ready: take the
+	// event (so the instance is quiet again) without blocking.
+	w.check = func(ep uintptr) bool {
+		n, err := unix.EpollWait(int(ep), w.ev[:], 0)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	}
+	return nil
+}
+
+// acquire counts an operation under way; false once Close has begun.
+func (c *fdConn) acquire() bool {
+	for {
+		n := c.refs.Load()
+		if n <= 0 || c.closing.Load() {
+			return false
+		}
+		if c.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release ends an operation (or, from Close, the connection's own count):
+// the last one closes the descriptor.
+func (c *fdConn) release() {
+	if c.refs.Add(-1) == 0 {
+		unix.Close(c.fd)
+	}
+}
+
+func (c *fdConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// wait sleeps until the descriptor is ready for w's events, the
+// deadline passes, or Close begins. Under an acquired reference.
+func (c *fdConn) wait(w *waitSide, op string) error {
+	if c.closing.Load() {
+		return c.opError(op, net.ErrClosed)
+	}
+	// Armed now, the socket's readiness, even if it came before, queues
+	// one event on the instance: no wake-up is lost.
+	// (Inside Control, which keeps the instance's descriptor from being
+	// closed meanwhile.)
+	var merr error
+	if err := w.rc.Control(func(ep uintptr) {
+		ev := unix.EpollEvent{Events: w.events | unix.EPOLLONESHOT, Fd: int32(c.fd)}
+		merr = unix.EpollCtl(int(ep), unix.EPOLL_CTL_MOD, c.fd, &ev)
+	}); err != nil {
+		return c.opError(op, net.ErrClosed)
+	}
+	if merr != nil {
+		return c.opError(op, os.NewSyscallError("epoll_ctl", merr))
+	}
+	if err := w.rc.Read(w.check); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			err = net.ErrClosed
+		}
+		return c.opError(op, err)
+	}
+	return nil
+}
+
+// Read implements net.Conn.
+func (c *fdConn) Read(p []byte) (int, error) {
+	if !c.acquire() {
+		return 0, c.opError("read", net.ErrClosed)
+	}
+	defer c.release()
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, err := unix.Read(c.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			if werr := c.wait(&c.rd, "read"); werr != nil {
+				return 0, werr
+			}
+			continue
+		case err != nil:
+			return 0, c.opError("read", os.NewSyscallError("read", err))
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// Write implements net.Conn: all of p, or an error.
+func (c *fdConn) Write(p []byte) (int, error) {
+	if !c.acquire() {
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	defer c.release()
+	done := 0
+	for done < len(p) {
+		n, err := unix.Write(c.fd, p[done:])
+		if n > 0 {
+			done += n
+		}
+		switch {
+		case err == nil || err == unix.EINTR:
+		case err == unix.EAGAIN:
+			if werr := c.wait(&c.wr, "write"); werr != nil {
+				return done, werr
+			}
+		default:
+			return done, c.opError("write", os.NewSyscallError("write", err))
+		}
+	}
+	return done, nil
+}
+
+// writev writes a and then b, in as few system calls as the socket
+// allows (one, when it takes both): all of them, or an error. Under the
+// link's wmu, which guards c.iov.
+func (c *fdConn) writev(a, b []byte) error {
+	if !c.acquire() {
+		return c.opError("write", net.ErrClosed)
+	}
+	defer c.release()
+	for len(a)+len(b) > 0 {
+		iov := c.iov[:0]
+		for _, p := range [2][]byte{a, b} {
+			if len(p) > 0 {
+				v := unix.Iovec{Base: &p[0]}
+				v.SetLen(len(p))
+				iov = append(iov, v)
+			}
+		}
+		r, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(c.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		n := int(r)
+		if errno != 0 {
+			n = 0
+		}
+		k := min(n, len(a))
+		a, b = a[k:], b[n-k:]
+		switch errno {
+		case 0, unix.EINTR:
+		case unix.EAGAIN:
+			if werr := c.wait(&c.wr, "write"); werr != nil {
+				return werr
+			}
+		default:
+			return c.opError("write", os.NewSyscallError("writev", errno))
+		}
+	}
+	return nil
+}
+
+// Close implements net.Conn: it shuts the socket down (ending every wait
+// on it), and the descriptor is closed once no operation uses it.
+func (c *fdConn) Close() error {
+	if c.closing.Swap(true) {
+		return nil
+	}
+	unix.Shutdown(c.fd, unix.SHUT_RDWR)
+	c.rd.f.Close() // wakes a goroutine parked on either side
+	c.wr.f.Close()
+	c.release()
+	return nil
+}
+
+// CloseWrite shuts down the writing side (the peer reads the end).
+func (c *fdConn) CloseWrite() error {
+	if !c.acquire() {
+		return c.opError("close", net.ErrClosed)
+	}
+	defer c.release()
+	if err := unix.Shutdown(c.fd, unix.SHUT_WR); err != nil {
+		return c.opError("close", os.NewSyscallError("shutdown", err))
+	}
+	return nil
+}
+
+// LocalAddr implements net.Conn.
+func (c *fdConn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr implements net.Conn.
+func (c *fdConn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline implements net.Conn: a goroutine parked in a wait sees
+// the new deadline at once (the netpoller's own deadlines bound it).
+func (c *fdConn) SetDeadline(t time.Time) error {
+	c.SetReadDeadline(t)
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *fdConn) SetReadDeadline(t time.Time) error { return c.rd.f.SetReadDeadline(t) }
+
+// SetWriteDeadline implements net.Conn.
+func (c *fdConn) SetWriteDeadline(t time.Time) error { return c.wr.f.SetReadDeadline(t) }
+
+// SyscallConn implements syscall.Conn, for the reader's system calls.
+func (c *fdConn) SyscallConn() (syscall.RawConn, error) { return fdRaw{c}, nil }
+
+// fdRaw is fdConn's syscall.RawConn.
+type fdRaw struct{ c *fdConn }
+
+// Control implements syscall.RawConn.
+func (r fdRaw) Control(f func(fd uintptr)) error {
+	if !r.c.acquire() {
+		return r.c.opError("raw-control", net.ErrClosed)
+	}
+	defer r.c.release()
+	f(uintptr(r.c.fd))
+	return nil
+}
+
+// Read implements syscall.RawConn: f until it reports done, waiting for
+// the socket to be readable between calls.
+func (r fdRaw) Read(f func(fd uintptr) bool) error {
+	if !r.c.acquire() {
+		return r.c.opError("raw-read", net.ErrClosed)
+	}
+	defer r.c.release()
+	for !f(uintptr(r.c.fd)) {
+		if err := r.c.wait(&r.c.rd, "raw-read"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Write implements syscall.RawConn.
+func (r fdRaw) Write(f func(fd uintptr) bool) error {
+	if !r.c.acquire() {
+		return r.c.opError("raw-write", net.ErrClosed)
+	}
+	defer r.c.release()
+	for !f(uintptr(r.c.fd)) {
+		if err := r.c.wait(&r.c.wr, "raw-write"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownConn moves a link's TCP connection off the netpoller (fdConn); other
+// connections, and one whose descriptor cannot be duplicated, stay as
+// they are.
+func ownConn(nc net.Conn) net.Conn {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		if fc, err := newFDConn(tc); err == nil {
+			return fc
+		}
+	}
+	return nc
+}
