@@ -57,8 +57,15 @@ type waitSide struct {
 	rc     syscall.RawConn
 	events uint32 // what arming waits for
 	ev     [1]unix.EpollEvent
-	check  func(fd uintptr) bool
+	check  func(fd uintptr) bool // takes the instance's event, if any
+	arm    func(fd uintptr)      // arms the socket; its error in armErr
+	armErr error
 }
+
+// One goroutine at a time waits on a side (the reader goroutine on the
+// reading side; the writing side's waits run under the link's wmu), so a
+// side's prebuilt functions and their results need no lock, and a wait
+// allocates nothing.
 
 // newFDConn moves tc onto a descriptor of its own, or returns tc's error
 // (tc is then left as it was).
@@ -118,6 +125,10 @@ func (w *waitSide) init(sock int, events uint32, name string) error {
 		w.f.Close()
 		return err
 	}
+	w.arm = func(ep uintptr) {
+		ev := unix.EpollEvent{Events: w.events | unix.EPOLLONESHOT, Fd: int32(sock)}
+		w.armErr = unix.EpollCtl(int(ep), unix.EPOLL_CTL_MOD, sock, &ev)
+	}
 	// The instance is readable once the armed socket is ready: take the
 	// event (so the instance is quiet again) without blocking.
 	w.check = func(ep uintptr) bool {
@@ -162,15 +173,12 @@ func (c *fdConn) wait(w *waitSide, op string) error {
 	// one event on the instance: no wake-up is lost.
 	// (Inside Control, which keeps the instance's descriptor from being
 	// closed meanwhile.)
-	var merr error
-	if err := w.rc.Control(func(ep uintptr) {
-		ev := unix.EpollEvent{Events: w.events | unix.EPOLLONESHOT, Fd: int32(c.fd)}
-		merr = unix.EpollCtl(int(ep), unix.EPOLL_CTL_MOD, c.fd, &ev)
-	}); err != nil {
+	if err := w.rc.Control(w.arm); err != nil {
 		return c.opError(op, net.ErrClosed)
 	}
-	if merr != nil {
-		return c.opError(op, os.NewSyscallError("epoll_ctl", merr))
+	if err := w.armErr; err != nil {
+		w.armErr = nil
+		return c.opError(op, os.NewSyscallError("epoll_ctl", err))
 	}
 	if err := w.rc.Read(w.check); err != nil {
 		if errors.Is(err, os.ErrClosed) {
@@ -333,27 +341,20 @@ func (r fdRaw) Control(f func(fd uintptr)) error {
 
 // Read implements syscall.RawConn: f until it reports done, waiting for
 // the socket to be readable between calls.
-func (r fdRaw) Read(f func(fd uintptr) bool) error {
-	if !r.c.acquire() {
-		return r.c.opError("raw-read", net.ErrClosed)
-	}
-	defer r.c.release()
-	for !f(uintptr(r.c.fd)) {
-		if err := r.c.wait(&r.c.rd, "raw-read"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (r fdRaw) Read(f func(fd uintptr) bool) error { return r.until(f, &r.c.rd, "raw-read") }
 
-// Write implements syscall.RawConn.
-func (r fdRaw) Write(f func(fd uintptr) bool) error {
+// Write implements syscall.RawConn: f until it reports done, waiting for
+// the socket to be writable between calls.
+func (r fdRaw) Write(f func(fd uintptr) bool) error { return r.until(f, &r.c.wr, "raw-write") }
+
+// until calls f until it reports done, waiting on side w between calls.
+func (r fdRaw) until(f func(fd uintptr) bool, w *waitSide, op string) error {
 	if !r.c.acquire() {
-		return r.c.opError("raw-write", net.ErrClosed)
+		return r.c.opError(op, net.ErrClosed)
 	}
 	defer r.c.release()
 	for !f(uintptr(r.c.fd)) {
-		if err := r.c.wait(&r.c.wr, "raw-write"); err != nil {
+		if err := r.c.wait(w, op); err != nil {
 			return err
 		}
 	}
