@@ -93,7 +93,7 @@ func parseCard(b []byte) (card, error) {
 func sameHost(a, b card) bool { return a.host != "" && a.host == b.host }
 
 // local reports whether ranks with cards a and b share memory.
-func local(a, b card) bool { return a.host != "" && a.host == b.host && a.unix != "" && b.unix != "" }
+func local(a, b card) bool { return sameHost(a, b) && a.unix != "" && b.unix != "" }
 
 // connect publishes this rank's card, connects to every other rank over
 // the transport their cards allow (the higher rank of a pair dials), and
@@ -160,12 +160,15 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 	isLocal := make([]bool, size)
 	nlocal := 1 // ranks on this host, this one included
 	for j := range cards {
-		if j != rank && sameHost(mine, cards[j]) {
+		if j == rank {
+			continue
+		}
+		if sameHost(mine, cards[j]) {
 			nlocal++
 		}
-		if j != rank && local(mine, cards[j]) {
+		if local(mine, cards[j]) {
 			isLocal[j] = true
-		} else if j != rank && (!tr.tcp || cards[j].tcp == "") {
+		} else if !tr.tcp || cards[j].tcp == "" {
 			return nil, fmt.Errorf("%w: rank %d is on another host (or offers no shared memory) and TCP is not among COURIER_TRANSPORTS", backend.ErrNotSupported, j)
 		}
 	}
