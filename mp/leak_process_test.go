@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,16 +69,16 @@ func flux(r, n int, id string) []string {
 		"FLUX_TASK_LOCAL_ID=" + strconv.Itoa(r), "FLUX_JOB_NNODES=1", "FLUX_JOB_ID=" + id}
 }
 
-// startRanks starts n ranks of this test binary in roles(r), under a
-// Flux launch with job ID id and TMPDIR tmp, and waits for each to say
-// "ready". It returns the processes and their output.
-func startRanks(t *testing.T, n int, id, tmp, backend string, role func(r int) string) ([]*exec.Cmd, []*bufio.Scanner) {
+// startRanks starts n ranks of this test binary, rank r with env(r) added
+// to its environment (its role, its launch) and COURIER_TIMEOUT=20s, and
+// waits for each to say "ready". It returns the processes and their
+// output; they are killed when t ends.
+func startRanks(t *testing.T, n int, env func(r int) []string) ([]*exec.Cmd, []*bufio.Scanner) {
 	procs := make([]*exec.Cmd, n)
 	outs := make([]*bufio.Scanner, n)
 	for r := range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), append(flux(r, n, id), "COURIER_TEST_ROLE="+role(r), "TMPDIR="+tmp,
-			"COURIER_TIMEOUT=20s", "COURIER_BACKEND="+backend)...)
+		cmd.Env = append(append(os.Environ(), "COURIER_TIMEOUT=20s"), env(r)...)
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		cmd.Stderr = os.Stderr
@@ -94,33 +93,21 @@ func startRanks(t *testing.T, n int, id, tmp, backend string, role func(r int) s
 	return procs, outs
 }
 
-// requireNothingLeft fails t when the address-file directory under tmp
-// holds a file, or /dev/shm an entry of courier's that was not there
-// before (names in shmBefore).
-func requireNothingLeft(t *testing.T, tmp string, shmBefore map[string]bool) {
-	t.Helper()
-	dir := filepath.Join(tmp, "courier-"+strconv.Itoa(os.Getuid()))
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		t.Errorf("the job left %s in the address-file directory", e.Name())
-	}
-	for name := range courierShm() {
-		if !shmBefore[name] {
-			t.Errorf("the job left /dev/shm/%s", name)
-		}
+// fluxRanks is startRanks's environment for rank r of n in roles(r),
+// under a Flux launch with job ID id and TMPDIR tmp, on backend.
+func fluxRanks(n int, id, tmp, backend string, role func(r int) string) func(r int) []string {
+	return func(r int) []string {
+		return append(flux(r, n, id), "COURIER_TEST_ROLE="+role(r), "TMPDIR="+tmp, "COURIER_BACKEND="+backend)
 	}
 }
 
-// courierShm lists the entries of /dev/shm whose names are courier's.
-func courierShm() map[string]bool {
-	out := map[string]bool{}
-	ents, _ := os.ReadDir("/dev/shm")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "courier") {
-			out[e.Name()] = true
-		}
+// requireNothingLeft fails t when the job that ran with TMPDIR tmp left
+// anything behind (leakcheck.LeftByJob).
+func requireNothingLeft(t *testing.T, tmp string, shmBefore map[string]bool) {
+	t.Helper()
+	for _, left := range leakcheck.LeftByJob(tmp, shmBefore) {
+		t.Error(left)
 	}
-	return out
 }
 
 // TestLostPeerLeavesNothing runs three ranks that meet through an address
@@ -135,10 +122,10 @@ func TestLostPeerLeavesNothing(t *testing.T) {
 	for _, backend := range []string{"host", "tcp"} {
 		t.Run(backend, func(t *testing.T) {
 			tmp := t.TempDir()
-			shmBefore := courierShm()
-			procs, outs := startRanks(t, 3, "leak-lost-"+backend, tmp, backend, func(r int) string {
+			shmBefore := leakcheck.DevShm()
+			procs, outs := startRanks(t, 3, fluxRanks(3, "leak-lost-"+backend, tmp, backend, func(r int) string {
 				return map[bool]string{true: "leak-victim", false: "leak-survivor"}[r == 2]
-			})
+			}))
 			require.NoError(t, procs[2].Process.Signal(syscall.SIGKILL))
 			procs[2].Wait()
 			for r := range 2 {
@@ -158,8 +145,8 @@ func TestKilledJobLeavesNothing(t *testing.T) {
 	for _, backend := range []string{"host", "tcp"} {
 		t.Run(backend, func(t *testing.T) {
 			tmp := t.TempDir()
-			shmBefore := courierShm()
-			procs, _ := startRanks(t, 3, "leak-killed-"+backend, tmp, backend, func(int) string { return "leak-victim" })
+			shmBefore := leakcheck.DevShm()
+			procs, _ := startRanks(t, 3, fluxRanks(3, "leak-killed-"+backend, tmp, backend, func(int) string { return "leak-victim" }))
 			for _, p := range procs {
 				require.NoError(t, p.Process.Signal(syscall.SIGKILL))
 			}

@@ -1,13 +1,11 @@
 package mp_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -131,24 +129,11 @@ func killedPeer(t *testing.T, backend, role string) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close() // rank 0 binds it again
-	var procs [3]*exec.Cmd
-	var outs [3]*bufio.Scanner
-	for i := range procs {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "COURIER_TEST_ROLE="+role,
-			fmt.Sprintf("COURIER_RANK=%d", i), "COURIER_SIZE=3", "COURIER_ADDR="+addr,
-			"COURIER_JOB_KEY=victim-test-key", "COURIER_TIMEOUT=20s", "COURIER_BACKEND="+backend, "COURIER_WANT_TRANSPORT="+map[string]string{"host": "shm", "tcp": "tcp"}[backend])
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		cmd.Stderr = os.Stderr
-		require.NoError(t, cmd.Start())
-		procs[i], outs[i] = cmd, bufio.NewScanner(out)
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	}
-	for i, s := range outs {
-		require.True(t, s.Scan(), "rank %d printed nothing", i)
-		require.Equal(t, "ready", s.Text(), "rank %d", i)
-	}
+	procs, outs := startRanks(t, 3, func(i int) []string {
+		return []string{"COURIER_TEST_ROLE=" + role,
+			fmt.Sprintf("COURIER_RANK=%d", i), "COURIER_SIZE=3", "COURIER_ADDR=" + addr,
+			"COURIER_JOB_KEY=victim-test-key", "COURIER_BACKEND=" + backend, "COURIER_WANT_TRANSPORT=" + map[string]string{"host": "shm", "tcp": "tcp"}[backend]}
+	})
 	time.Sleep(200 * time.Millisecond) // let ranks 0 and 1 post their receives
 	killed := time.Now()
 	require.NoError(t, procs[2].Process.Signal(syscall.SIGKILL))

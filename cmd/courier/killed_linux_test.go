@@ -1,15 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/courier-mp/courier/internal/leakcheck"
 )
 
 // TestKilledRunLeavesNothing kills courier run itself with SIGKILL while
@@ -19,24 +19,8 @@ import (
 func TestKilledRunLeavesNothing(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	shmBefore := courierShm()
-	cmd := exec.Command(os.Args[0], append([]string{asCourier, "run", "-np", "3"}, rankArgs("hang")...)...)
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	timer := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
-	defer timer.Stop()
-	sc := bufio.NewScanner(out)
-	for ready := 0; ready < 3 && sc.Scan(); {
-		if strings.HasSuffix(sc.Text(), "] ready") {
-			ready++
-		}
-	}
+	shmBefore := leakcheck.DevShm()
+	cmd, _, _, _ := startReady(t, 3, "hang", 20*time.Second, "TMPDIR="+tmp)
 	ranks := children(cmd.Process.Pid)
 	if len(ranks) != 3 {
 		t.Fatalf("courier run has %d children (%v), want its 3 ranks", len(ranks), ranks)
@@ -57,14 +41,8 @@ func TestKilledRunLeavesNothing(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	ents, _ := os.ReadDir(filepath.Join(tmp, "courier-"+strconv.Itoa(os.Getuid())))
-	for _, e := range ents {
-		t.Errorf("the job left %s in the address-file directory", e.Name())
-	}
-	for name := range courierShm() {
-		if !shmBefore[name] {
-			t.Errorf("the job left /dev/shm/%s", name)
-		}
+	for _, left := range leakcheck.LeftByJob(tmp, shmBefore) {
+		t.Error(left)
 	}
 }
 
@@ -92,16 +70,4 @@ func alive(pid int) bool {
 	}
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
-}
-
-// courierShm lists the entries of /dev/shm whose names are courier's.
-func courierShm() map[string]bool {
-	out := map[string]bool{}
-	ents, _ := os.ReadDir("/dev/shm")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "courier") {
-			out[e.Name()] = true
-		}
-	}
-	return out
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -309,6 +310,36 @@ func main() { fmt.Printf("hello %s/%s\n", os.Getenv("COURIER_RANK"), os.Getenv("
 	}
 }
 
+// startReady starts courier run of np ranks of this test binary in role
+// (with env added to the environment), kills it after limit, and returns
+// once every rank has printed "ready": the command, its standard output
+// from there on, its standard error, and the lines it printed so far.
+func startReady(t *testing.T, np int, role string, limit time.Duration, env ...string) (*exec.Cmd, *bufio.Scanner, *bytes.Buffer, []string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{asCourier, "run", "-np", strconv.Itoa(np)}, rankArgs(role)...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(limit, func() { cmd.Process.Kill() })
+	t.Cleanup(func() { timer.Stop() })
+	var lines []string
+	sc := bufio.NewScanner(out)
+	for ready := 0; ready < np && sc.Scan(); {
+		lines = append(lines, sc.Text())
+		if strings.HasSuffix(sc.Text(), "] ready") {
+			ready++
+		}
+	}
+	return cmd, sc, stderr, lines
+}
+
 // TestSignalForwarded runs courier as a process, sends it a real signal,
 // and checks that every rank received it.
 func TestSignalForwarded(t *testing.T) {
@@ -316,31 +347,12 @@ func TestSignalForwarded(t *testing.T) {
 	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], append([]string{asCourier, "run", "-np", "3"}, rankArgs("wait-signal")...)...)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			timer := time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
-			defer timer.Stop()
-			var lines []string
-			sc := bufio.NewScanner(out)
-			for ready := 0; ready < 3 && sc.Scan(); {
-				lines = append(lines, sc.Text())
-				if strings.HasSuffix(sc.Text(), "] ready") {
-					ready++
-				}
-			}
+			cmd, sc, stderr, lines := startReady(t, 3, "wait-signal", 10*time.Second)
 			cmd.Process.Signal(sig)
 			for sc.Scan() {
 				lines = append(lines, sc.Text())
 			}
-			err = cmd.Wait()
+			err := cmd.Wait()
 			t.Logf("lines %q, stderr %q, err %v", lines, stderr.String(), err)
 			if err != nil {
 				t.Errorf("courier: %v, want exit 0 after every rank handled %v", err, sig)
@@ -359,29 +371,12 @@ func TestSignalForwarded(t *testing.T) {
 // pending operations before the signal reaches them.
 func TestSignalReports(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command(os.Args[0], append([]string{asCourier, "run", "-np", "2"}, rankArgs("hang")...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	timer := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
-	defer timer.Stop()
-	sc := bufio.NewScanner(out)
-	for ready := 0; ready < 2 && sc.Scan(); {
-		if strings.HasSuffix(sc.Text(), "] ready") {
-			ready++
-		}
-	}
+	cmd, sc, stderr, _ := startReady(t, 2, "hang", 20*time.Second)
 	time.Sleep(200 * time.Millisecond) // into the receive
 	cmd.Process.Signal(os.Interrupt)
 	for sc.Scan() {
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	t.Logf("stderr %q, err %v", stderr.String(), err)
 	if !strings.Contains(stderr.String(), "courier run: what the ranks were waiting for (interrupted by signal: interrupt):\n") {
 		t.Errorf("no report block")

@@ -100,6 +100,7 @@ var testOnly = map[string][]string{
 	"examples/...":                  {"internal/leakcheck"},
 	"internal/faultproxy":           {"internal/leakcheck"},
 	"internal/campaign":             {"internal/leakcheck", "mp/mptest"},
+	"cmd/courier":                   {"internal/leakcheck"}, // what a killed job leaves (LeftByJob)
 }
 
 // external is what outside the standard library and the module a

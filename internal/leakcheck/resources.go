@@ -224,6 +224,27 @@ func shmMaps() map[string]int {
 
 // entries lists the names in dir that start with prefix (none when dir
 // does not exist).
+// DevShm lists the entries of /dev/shm whose names are courier's (they
+// start with "courier"), for LeftByJob.
+func DevShm() map[string]bool { return entries("/dev/shm", "courier") }
+
+// LeftByJob describes, one line each, what a job whose processes ran with
+// TMPDIR tmp left behind once it has ended: the files of its address-file
+// directory, and the entries of /dev/shm of courier's that DevShm did not
+// list before the job (before). Empty when it left nothing.
+func LeftByJob(tmp string, before map[string]bool) []string {
+	var out []string
+	for _, name := range sorted(entries(filepath.Join(tmp, "courier-"+strconv.Itoa(os.Getuid())), "")) {
+		out = append(out, "the job left "+name+" in the address-file directory")
+	}
+	for _, name := range sorted(DevShm()) {
+		if !before[name] {
+			out = append(out, "the job left /dev/shm/"+name)
+		}
+	}
+	return out
+}
+
 func entries(dir, prefix string) map[string]bool {
 	names, _ := os.ReadDir(dir)
 	out := map[string]bool{}
