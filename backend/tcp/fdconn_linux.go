@@ -52,6 +52,11 @@ type fdConn struct {
 // *os.File), so that the sleeping goroutine parks there like any other,
 // holding no thread. A socket that is not armed wakes nothing when data
 // comes.
+//
+// One goroutine at a time waits on a side (the reader goroutine on the
+// reading side; the writing side's waits run under the link's wmu), so a
+// side's prebuilt functions and their results need no lock, and a wait
+// allocates nothing.
 type waitSide struct {
 	f      *os.File // the epoll instance, in the netpoller
 	rc     syscall.RawConn
@@ -61,11 +66,6 @@ type waitSide struct {
 	arm    func(fd uintptr)      // arms the socket; its error in armErr
 	armErr error
 }
-
-// One goroutine at a time waits on a side (the reader goroutine on the
-// reading side; the writing side's waits run under the link's wmu), so a
-// side's prebuilt functions and their results need no lock, and a wait
-// allocates nothing.
 
 // newFDConn moves tc onto a descriptor of its own, or returns tc's error
 // (tc is then left as it was).
