@@ -115,6 +115,7 @@ func noFiles(t *testing.T, dir string) {
 // TestDiscover starts 4 ranks of an mpirun launch with no address: they
 // meet through the file, whichever comes first.
 func TestDiscover(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	for _, delay := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run(fmt.Sprint("rank 0 after ", delay), func(t *testing.T) {
 			dir := t.TempDir()
@@ -219,6 +220,7 @@ func TestWriteAddrFile(t *testing.T) {
 // of another job listens: the ranks that read it keep trying, and meet
 // once rank 0 publishes.
 func TestDiscoverStaleFile(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -267,6 +269,7 @@ func TestDiscoverStaleFile(t *testing.T) {
 // TestDiscoverStaleFileTimeout: with only a stale file, a rank gives up at
 // its deadline, naming the address it read, what it saw, and the advice.
 func TestDiscoverStaleFileTimeout(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	dir := t.TempDir()
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -292,6 +295,7 @@ func TestDiscoverStaleFileTimeout(t *testing.T) {
 // TestDiscoverRefused: rank 0 of this very job turning a rank away (it
 // says another size) is final, not retried until the deadline.
 func TestDiscoverRefused(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	dir := t.TempDir()
 	jobs := discoveryJobs(3, "slurm", "77")
 	jobs[2].Size, jobs[2].LocalSize = 4, 4
@@ -311,6 +315,7 @@ func TestDiscoverRefused(t *testing.T) {
 // TestDiscoverAlone: a process told it is one of 4 that finds itself
 // alone fails at its deadline, naming the launcher's variables.
 func TestDiscoverAlone(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	dir := t.TempDir()
 	jobs := discoveryJobs(4, "openmpi", "555")
 	for _, r := range []int{0, 3} {
@@ -337,6 +342,7 @@ func TestDiscoverAlone(t *testing.T) {
 // TestManualAlone: by hand, COURIER_SIZE=4 and nobody else: rank 0's
 // error names the variables and says it is alone.
 func TestManualAlone(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	jobs := newJobs(t, 4, "s3cret")
 	jobs[0].Vars = []string{"COURIER_RANK=0", "COURIER_SIZE=4"}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

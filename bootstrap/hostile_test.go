@@ -291,6 +291,7 @@ func TestUnresolvableHostFailsFast(t *testing.T) {
 // never comes: rank 0's error says it refused a connection with a wrong
 // key, which is what went wrong.
 func TestGiveUpNamesWrongKey(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	jobs := newJobs(t, 2, "s3cret")
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()

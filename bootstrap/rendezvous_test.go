@@ -354,6 +354,7 @@ func TestImpostorRank0(t *testing.T) {
 }
 
 func TestDuplicateRank(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	for _, dup := range []int{1, 0} {
 		t.Run(fmt.Sprint("rank ", dup), func(t *testing.T) {
 			jobs := newJobs(t, 3, "s3cret")
@@ -422,6 +423,7 @@ func TestSizeMismatch(t *testing.T) {
 // TestPeerLost loses a rank in the middle of a round: every other rank's
 // AllGather fails within a second, naming it.
 func TestPeerLost(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	for _, how := range []string{"closes", "dies mid-frame", "sends a huge header"} {
 		t.Run(how, func(t *testing.T) {
 			ex := mustConnect(t, newJobs(t, 4, "s3cret"))
@@ -479,6 +481,7 @@ func TestRank0Lost(t *testing.T) {
 
 // TestRankNeverJoins gives the rendezvous a deadline that a rank misses.
 func TestRankNeverJoins(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	jobs := newJobs(t, 3, "s3cret")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -504,6 +507,7 @@ func TestRankNeverJoins(t *testing.T) {
 
 // TestNoRank0 dials a rank 0 that never comes, until the deadline.
 func TestNoRank0(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	jobs := newJobs(t, 2, "s3cret")
 	jobs[0].Listener.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -330,6 +330,7 @@ func TestSharedBcastRootsDisagree(t *testing.T) {
 // makes the others' calls end with ErrTimeout, listing the collective,
 // once the communicator's timeout passes.
 func TestSharedCollectiveTimeout(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	const timeout = 500 * time.Millisecond
 	done := make(chan struct{})
 	var once sync.Once
@@ -409,6 +410,7 @@ func TestLargeCollectiveAllocsAcrossGC(t *testing.T) {
 // closed still gets the data, and its own collectives that need a rank
 // that left end with ErrPeerLost, not a transport that has gone.
 func TestSharedBcastAfterRootLeft(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	comms := openRanks(t, 2, "host")
 	v := []float64{42, 43}
 	require.NoError(t, mp.Bcast(comms[0], v, 0))

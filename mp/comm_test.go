@@ -80,6 +80,7 @@ func TestSingleRankSelfMessages(t *testing.T) {
 }
 
 func TestTimeoutReportsPendingOperations(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	zeroDone := make(chan struct{})
 	ranktest.RunConfig(t, 2, ranktest.Config{Timeout: 300 * time.Millisecond}, func(t *ranktest.T, c *mp.Comm) {
 		if c.Rank() == 1 {

@@ -196,6 +196,7 @@ func TestTorchrun(t *testing.T) {
 // of 2, started alone, fails naming the variables, instead of running as
 // a job of one.
 func TestTorchrunAlone(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	if testing.Short() {
 		t.Skip("starts processes")
 	}

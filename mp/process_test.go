@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-mp/courier/internal/leakcheck"
-	"github.com/courier-mp/courier/internal/testscope"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -26,10 +25,6 @@ func TestMain(m *testing.M) {
 			os.Exit(main())
 		}
 		os.Exit(rankMain(role))
-	}
-	if err := testscope.Announce("mp", "the conformance suites run on fewer rank counts (none on 5 to 7)"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
 	}
 	leakcheck.WarmCUDA() // the GPU tests load the CUDA driver, which keeps descriptors
 	os.Exit(leakcheck.Check(m.Run()))
@@ -92,6 +87,7 @@ func rankMain(role string) int {
 // two seconds: over shared memory (the host backend; the ranks share this
 // host) and over TCP.
 func TestKilledPeerEndsPendingRecv(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
@@ -106,6 +102,7 @@ func TestKilledPeerEndsPendingRecv(t *testing.T) {
 // receives, as MPI's fault-tolerance proposal does), though rank 0 and 1
 // live.
 func TestKilledPeerEndsWildcardRecv(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
@@ -118,6 +115,7 @@ func TestKilledPeerEndsWildcardRecv(t *testing.T) {
 // Allreduce through shared memory that rank 2 never joins: their calls
 // end with ErrPeerLost within two seconds of the kill.
 func TestKilledPeerEndsSharedCollective(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	if testing.Short() {
 		t.Skip("starts processes")
 	}

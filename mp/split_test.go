@@ -85,6 +85,7 @@ func TestSplitCollectivePaths(t *testing.T) {
 // communicator only: the error names it and lists its pending operation
 // by its ranks, and the world goes on.
 func TestSplitTimeoutAbortsOnlyIt(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	cfg := ranktest.Config{Backend: "tcp", Options: []mp.Option{mp.WithTimeout(300 * time.Millisecond)}}
 	ranktest.RunConfig(t, 2, cfg, func(t *ranktest.T, c *mp.Comm) {
 		d, err := c.Split(0, -c.Rank()) // ranks reversed

@@ -35,7 +35,7 @@ func (s *syncBuffer) String() string {
 // once, with the line that called it, and still completes when the
 // message comes.
 func TestWatchdogReportsOnceAndWaits(t *testing.T) {
-	const period = 300 * time.Millisecond
+	const period = 150 * time.Millisecond
 	var out syncBuffer
 	old := mp.SetReportOutput(&out)
 	defer mp.SetReportOutput(old)
@@ -75,7 +75,7 @@ func TestWatchdogReportsOnceAndWaits(t *testing.T) {
 		"rank 1 of world",
 		"recv from rank 0, tag 7, 1 × int32",
 		fmt.Sprintf("watchdog_run_test.go:%d", recvLine),
-		"COURIER_WATCHDOG=300ms",
+		"COURIER_WATCHDOG=" + period.String(),
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the report lacks %q:\n%s", want, text)

@@ -54,6 +54,7 @@ var needsChecks = map[string]string{
 // TestConformanceFake runs the suite without checks, on 2 ranks, skipping
 // the cases of needsChecks.
 func TestConformanceFake(t *testing.T) {
+	t.Parallel() // beside the other suites
 	run := fakeRunner()
 	for _, cs := range conformance.Cases() {
 		t.Run(cs.Name, func(t *testing.T) {
@@ -63,6 +64,9 @@ func TestConformanceFake(t *testing.T) {
 			if cs.MinRanks > 2 {
 				t.Skipf("needs %d ranks (TestConformanceFakeChecked runs it)", cs.MinRanks)
 			}
+			if cs.Heavy && !testscope.Full() {
+				t.Skip("a heavy case, left to TestConformanceFakeChecked in the short form")
+			}
 			run(t, 2, cs.Run)
 		})
 	}
@@ -71,6 +75,7 @@ func TestConformanceFake(t *testing.T) {
 // TestConformanceFakeChecked runs the whole suite with checks, on 2, 3, 4
 // and 1 ranks (3 alone in the short form: see internal/testscope).
 func TestConformanceFakeChecked(t *testing.T) {
+	t.Parallel() // beside the other suites
 	counts := []int{2, 3, 4, 1}
 	if !testscope.Full() {
 		counts = []int{3}

@@ -37,8 +37,14 @@ func TestFakeGPUChildConformance(t *testing.T) {
 		}
 	}
 	t.Run("checked", func(t *testing.T) {
+		if !testscope.Full() {
+			// 2 ranks; the heavy cases take the same connection's code
+			// over the fake engine (TestConformanceFakeChecked).
+			conformance.RunLight(t, 2, runner(mp.WithCheck(true)), "TestConformanceFakeChecked")
+			return
+		}
 		counts := []int{2, 3, 4}
-		if nccl.RaceEnabled || !testscope.Full() {
+		if nccl.RaceEnabled {
 			counts = []int{2} // minutes under the race detector; 3 and 4 run in CI's plain step
 		}
 		for _, n := range counts {
@@ -80,7 +86,7 @@ func TestFakeGPUChildBench(t *testing.T) {
 				ranktest.RunConfig(t, 2, cfg, func(rt *ranktest.T, c *mp.Comm) {
 					bc := bench.Config{
 						LatencySizes: []int{8, 128 << 10}, BandwidthSizes: []int{4 << 10, 2 << 20},
-						Window: 8, Reps: 1, Budget: 2 << 20, LatencyTime: 100 * time.Millisecond, Pattern: pattern, Device: device,
+						Window: 8, Reps: 1, Budget: 2 << 20, LatencyTime: 20 * time.Millisecond, Pattern: pattern, Device: device,
 					}
 					rows, err := bench.Run(c, bc, nil)
 					if err != nil {

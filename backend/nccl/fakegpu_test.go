@@ -52,6 +52,7 @@ func TestFakeGPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a C library and runs a child process")
 	}
+	t.Parallel() // child processes, beside the in-process suites
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		t.Skip("no C compiler:", err)

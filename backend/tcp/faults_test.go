@@ -236,6 +236,7 @@ func TestFlippedPayloadDelivered(t *testing.T) {
 // direction for a while, for less than any bound: everything completes
 // with the right data.
 func TestSlowLinkCompletes(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	for _, c := range []struct {
 		name   string
 		faults []faultproxy.Fault

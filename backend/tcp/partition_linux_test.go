@@ -32,6 +32,7 @@ const requireNetns = "COURIER_REQUIRE_NETNS"
 // keep-alive's slack, instead of after
 // TCP's retransmissions run out (some 15 minutes).
 func TestPartitionEndsBothSides(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	if testing.Short() {
 		t.Skip("makes network namespaces")
 	}

@@ -191,6 +191,7 @@ func TestStrangersAtDataPort(t *testing.T) {
 // 0's data port after the real rank 1 connected: it is refused, the first
 // connection stays, and the job works.
 func TestSecondClaimRefused(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	const n, key = 3, "s3cret"
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -226,6 +227,7 @@ func TestSecondClaimRefused(t *testing.T) {
 // TestMissingRankNamed gives Open a deadline that rank 2 never meets:
 // rank 0's error names it, and the strangers it dropped.
 func TestMissingRankNamed(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	const n, key = 3, "s3cret"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -261,6 +261,7 @@ func TestNewValidates(t *testing.T) {
 // could send lives, even after others closed in order; once none is left,
 // the pending one ends and a new one fails at once.
 func TestPipeWildcardNoSenderLeft(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	cs := mesh(t, 3, false)
 	dst := make([]byte, 8)
 	any, err := cs[0].Irecv(bufOf(dst, backend.Uint8), backend.AnySource, 5, 0)
@@ -295,6 +296,7 @@ func TestPipeWildcardNoSenderLeft(t *testing.T) {
 // 0, waiting on rank 1, is told that rank 2 is the rank lost, and that
 // rank 1 closed after it.
 func TestPipeCascadeNamesTheDead(t *testing.T) {
+	t.Parallel() // waits more than it computes
 	const n = 3
 	pipes := make([][]net.Conn, n)
 	for i := range pipes {

@@ -99,9 +99,11 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 		// Untimed round trips at the first size, so that the first row is
 		// not the slowest for being first (the runtime's and the
 		// transport's first moments: 0.1-0.2 µs more at 1 B over shared
-		// memory, whatever the size); bench/mpi/p2p.c does the same.
+		// memory, whatever the size); bench/mpi/p2p.c does the same. A
+		// run whose rows are shorter than that warms up as long as a row.
 		n := cfg.LatencySizes[0]
-		if _, _, err := latency(c, m.sub(n), iters(cfg.Budget/16, n, 1), WarmupTime); err != nil {
+		warm := min(WarmupTime, cmp.Or(cfg.LatencyTime, DefaultLatencyTime))
+		if _, _, err := latency(c, m.sub(n), iters(cfg.Budget/16, n, 1), warm); err != nil {
 			return nil, err
 		}
 	}
@@ -271,7 +273,8 @@ func progress(c *mp.Comm, report func(string, int, int), kind string, size int) 
 const DefaultLatencyTime = 2 * time.Second
 
 // WarmupTime is how long the untimed ping-pong before the first latency
-// row lasts.
+// row lasts, or as long as one row (Config.LatencyTime) where that is
+// shorter.
 const WarmupTime = 250 * time.Millisecond
 
 // latencyChunks: no chunk of a latency measurement's round trips is

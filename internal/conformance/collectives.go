@@ -35,7 +35,7 @@ func collectiveCases() []Case {
 		{Name: "Coll/Sequence", MinRanks: 1, Run: collSequence},
 		{Name: "Coll/PendingSendProgresses", MinRanks: 2, Run: collPendingSend},
 		{Name: "Coll/CheckedDisagreement", MinRanks: 2, Run: collCheckedDisagreement},
-		{Name: "Coll/Thresholds", MinRanks: 1, Run: collThresholds},
+		{Name: "Coll/Thresholds", MinRanks: 1, Run: collThresholds, Heavy: true},
 	}
 	return append(cases,
 		allreduceCase[[]int8]("int8"),

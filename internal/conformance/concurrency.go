@@ -14,7 +14,7 @@ import (
 // Errorf (assert), never FailNow.
 func concurrencyCases() []Case {
 	return []Case{
-		{Name: "Concurrent/TagStreams", MinRanks: 2, Run: concurrentTagStreams},
+		{Name: "Concurrent/TagStreams", MinRanks: 2, Run: concurrentTagStreams, Heavy: true},
 		{Name: "Concurrent/SameTag", MinRanks: 2, Run: concurrentSameTag},
 		{Name: "Concurrent/AllPeers", MinRanks: 2, Run: concurrentAllPeers},
 	}

@@ -42,6 +42,9 @@ type Case struct {
 	MinRanks int
 	// Run is the body every rank runs with its own communicator.
 	Run func(t T, c *mp.Comm)
+	// Heavy marks a case that moves much data or many messages (a second
+	// or more on a slow transport); RunLight leaves it out.
+	Heavy bool
 }
 
 // Runner runs f on n ranks, each with its own communicator, and reports the
@@ -59,10 +62,29 @@ type Runner func(t *testing.T, n int, f func(t T, c *mp.Comm))
 // skipping those that need more.
 func Run(t *testing.T, ranks int, run Runner) {
 	t.Helper()
+	runCases(t, ranks, run, "")
+}
+
+// RunLight is Run without the heavy cases (Case.Heavy), each skipped
+// with a message that names where it runs: for a short-form run of the
+// suite on a path that another run in the same test binary takes with
+// every case (say so in by).
+func RunLight(t *testing.T, ranks int, run Runner, by string) {
+	t.Helper()
+	runCases(t, ranks, run, by)
+}
+
+// runCases runs every case, the heavy ones only when light is "" (else
+// light says where they run).
+func runCases(t *testing.T, ranks int, run Runner, light string) {
+	t.Helper()
 	for _, cs := range Cases() {
 		t.Run(cs.Name, func(t *testing.T) {
-			if cs.MinRanks > ranks {
+			switch {
+			case cs.MinRanks > ranks:
 				t.Skipf("needs %d ranks, the run has %d", cs.MinRanks, ranks)
+			case cs.Heavy && light != "":
+				t.Skipf("a heavy case, left to %s in the short form", light)
 			}
 			run(t, ranks, cs.Run)
 		})

@@ -21,9 +21,9 @@ func exchangeCases() []Case {
 		{Name: "Exchange/Sendrecv", MinRanks: 2, Run: exchangeSendrecv},
 		{Name: "Exchange/AllToAll", MinRanks: 2, Run: exchangeAllToAll},
 		{Name: "Exchange/SharedSendBuffer", MinRanks: 1, Run: exchangeSharedSendBuffer},
-		{Name: "Large/64MiB", MinRanks: 2, Run: large64MiB},
+		{Name: "Large/64MiB", MinRanks: 2, Run: large64MiB, Heavy: true},
 		{Name: "Unexpected/Large", MinRanks: 2, Run: largeUnexpected},
-		{Name: "Unexpected/ManySmall", MinRanks: 2, Run: unexpectedManySmall},
+		{Name: "Unexpected/ManySmall", MinRanks: 2, Run: unexpectedManySmall, Heavy: true},
 	}
 }
 

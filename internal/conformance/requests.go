@@ -14,7 +14,7 @@ import (
 // requestCases: non-blocking operations and the ways to complete them.
 func requestCases() []Case {
 	return []Case{
-		{Name: "Requests/Many", MinRanks: 2, Run: requestsMany},
+		{Name: "Requests/Many", MinRanks: 2, Run: requestsMany, Heavy: true},
 		{Name: "Requests/WaitAny", MinRanks: 2, Run: requestsWaitAny},
 		{Name: "Requests/TestAll", MinRanks: 2, Run: requestsTestAll},
 		{Name: "Requests/TestAny", MinRanks: 2, Run: requestsTestAny},

@@ -67,6 +67,7 @@ var allowed = map[string][]string{
 	"internal/ranktest":             {"bootstrap", "mp"},
 	"internal/conformance":          {"mp"},
 	"internal/conformance/proctest": {"bootstrap", "internal/conformance", "internal/ranktest", "mp"},
+	"internal/conformance/inproc":   nil, // tests only
 	"internal/bench":                {"cuda", "mp"},
 	"internal/bench/chart":          {"internal/bench"},
 	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
@@ -97,6 +98,7 @@ var testOnly = map[string][]string{
 	"mp/mptest":                     {"internal/leakcheck"},
 	"internal/bench":                {"internal/leakcheck", "internal/ranktest"}, // its ping-pong on a job of two ranks
 	"internal/conformance/proctest": {"internal/testscope"},
+	"internal/conformance/inproc":   {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp"},
 	"examples/...":                  {"internal/leakcheck"},
 	"internal/faultproxy":           {"internal/leakcheck"},
 	"internal/campaign":             {"internal/leakcheck", "mp/mptest"},

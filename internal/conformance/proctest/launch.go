@@ -130,6 +130,9 @@ func Launch(t *testing.T, test string, procs []Proc, o Options) {
 		cmd.Cancel = func() error { return cmd.Process.Signal(stopSignal) }
 		cmd.WaitDelay = 10 * time.Second
 		cmd.Env = append(os.Environ(), CasesEnv+"="+o.pattern())
+		if o.light() {
+			cmd.Env = append(cmd.Env, LightEnv+"=1")
+		}
 		if o.Timeout > 0 {
 			cmd.Env = append(cmd.Env, "COURIER_TIMEOUT="+o.Timeout.String())
 		}

@@ -17,7 +17,7 @@ var (
 
 func TestMain(m *testing.M) {
 	if !proctest.InJob() {
-		if err := testscope.Announce("internal/conformance/proctest", "the suite's processes run over the host backend only, and not across network namespaces"); err != nil {
+		if err := testscope.Announce("internal/conformance/proctest", "the suite's processes run over the host backend only, without the heavy cases, and not across network namespaces"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
@@ -35,7 +35,9 @@ const rankTest = "TestConformanceProcesses"
 // once over the host backend (shared memory) and once over tcp, and
 // reports each case as a subtest.
 func TestConformanceProcesses(t *testing.T) {
-	opts := proctest.Options{Cases: *casesFlag}
+	// The short form leaves the heavy cases to mp's suites over the same
+	// host backend (ranks as goroutines).
+	opts := proctest.Options{Cases: *casesFlag, Light: !testscope.Full()}
 	if proctest.InJob() {
 		proctest.RunRank(t, opts)
 		return

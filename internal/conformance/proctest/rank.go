@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,7 +36,18 @@ type Options struct {
 	// Timeout is the timeout of each case's communicator. Zero means
 	// COURIER_TIMEOUT when it is set, else DefaultTimeout.
 	Timeout time.Duration
+	// Light leaves out the heavy cases (conformance.Case.Heavy), for a
+	// short-form run whose heavy cases another suite takes; false means
+	// the value of LightEnv.
+	Light bool
 }
+
+// LightEnv names the environment variable that leaves out the heavy
+// cases ("1"), as Options.Light does; Launch sets it for the ranks.
+const LightEnv = "COURIER_CASES_LIGHT"
+
+// light reports whether the heavy cases are left out.
+func (o Options) light() bool { return o.Light || os.Getenv(LightEnv) == "1" }
 
 // pattern is the case selection in force.
 func (o Options) pattern() string {
@@ -48,6 +60,9 @@ func (o Options) pattern() string {
 // Selected returns the cases that o selects, in the suite's order.
 func (o Options) Selected() ([]conformance.Case, error) {
 	all := conformance.Cases()
+	if o.light() {
+		all = slices.DeleteFunc(all, func(cs conformance.Case) bool { return cs.Heavy })
+	}
 	p := o.pattern()
 	if p == "" {
 		return all, nil

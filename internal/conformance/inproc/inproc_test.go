@@ -1,7 +1,8 @@
-package mp_test
+package inproc_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/courier-mp/courier/internal/conformance"
@@ -46,12 +47,19 @@ func TestConformanceTCP(t *testing.T) {
 // (COURIER_CHECK=1), where a receive must match the message's count
 // exactly.
 func TestConformanceTCPChecked(t *testing.T) {
+	if !testscope.Full() {
+		// The heavy cases run checked over the nccl backend's fake
+		// engine (backend/nccl, TestConformanceFakeChecked).
+		conformance.RunLight(t, 2, tcpRunner(mp.WithCheck(true)), "backend/nccl's TestConformanceFakeChecked")
+		return
+	}
 	conformance.Run(t, 2, tcpRunner(mp.WithCheck(true)))
 }
 
 // TestConformanceSHM runs the suite over the host backend, whose ranks on
 // one host meet through shared memory, with 4, 3 and 2 ranks, and checked
-// (under the race detector, 4 and 2 ranks; in the short form, 3 and 2).
+// (under the race detector, 4 and 2 ranks; in the short form, 3 and 2,
+// the heavy cases on 3 only).
 func TestConformanceSHM(t *testing.T) {
 	counts := []int{4, 3, 2}
 	if !testscope.Full() {
@@ -64,6 +72,10 @@ func TestConformanceSHM(t *testing.T) {
 	}
 	for _, n := range counts {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			if n == 2 && !testscope.Full() {
+				conformance.RunLight(t, n, hostRunner("host"), "ranks=3")
+				return
+			}
 			conformance.Run(t, n, hostRunner("host"))
 		})
 	}
@@ -73,4 +85,31 @@ func TestConformanceSHM(t *testing.T) {
 	t.Run("checked", func(t *testing.T) {
 		conformance.Run(t, 2, hostRunner("host", mp.WithCheck(true)))
 	})
+}
+
+// TestConformanceTCPCollectives runs the conformance cases of the
+// collectives and Barrier over the TCP backend on 5, 6 and 7 ranks
+// (TestConformanceTCP runs every case on 1 to 4): the point-to-point
+// algorithms fold, skip or wrap ranks differently on every count that is
+// not a power of two.
+func TestConformanceTCPCollectives(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5 to 7 ranks: not in -short")
+	}
+	if raceOn {
+		t.Skip("5 to 7 ranks: too slow under the race detector (the collectives run on 1 to 4 there)")
+	}
+	if !testscope.Full() {
+		t.Skipf("5 to 7 ranks: the short form (the collectives run on 1 to 4 ranks in the other suites); %s=1 runs it", testscope.Env)
+	}
+	for _, n := range []int{5, 6, 7} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			for _, cs := range conformance.Cases() {
+				if !strings.HasPrefix(cs.Name, "Coll/") && !strings.HasPrefix(cs.Name, "Barrier/") {
+					continue
+				}
+				t.Run(cs.Name, func(t *testing.T) { tcpRunner()(t, n, cs.Run) })
+			}
+		})
+	}
 }

@@ -1,0 +1,6 @@
+//go:build !race
+
+package inproc_test
+
+// raceOn: see race_on_test.go.
+const raceOn = false
