@@ -20,7 +20,8 @@ import (
 // bell is disarmed, so senders make no system call and the progress
 // goroutine is not woken per message.
 type Hub struct {
-	copy     Copy // Options.Copy
+	copy     Copy       // Options.Copy
+	fill     shmem.Fill // Options.Fill
 	e        *engine.Engine
 	inbox    *shmem.Segment
 	bell     shmem.Bell

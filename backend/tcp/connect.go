@@ -31,6 +31,7 @@ const (
 type transportSet struct {
 	shm, tcp bool
 	copy     shm.Copy
+	fill     shmem.Fill // from shm.PrefaultEnv
 	// userTimeout bounds a TCP link's unanswered data (tuneConn; -1: no
 	// bound), from COURIER_TCP_USER_TIMEOUT.
 	userTimeout time.Duration
@@ -47,11 +48,15 @@ func (d Driver) transports(cfg backend.Config) (transportSet, error) {
 	if err != nil {
 		return transportSet{}, err
 	}
+	fill, err := shm.ParseFill(cfg.Getenv(shm.PrefaultEnv))
+	if err != nil {
+		return transportSet{}, err
+	}
 	v := strings.TrimSpace(cfg.Getenv("COURIER_TRANSPORTS"))
 	if v == "" {
-		return transportSet{shm: true, tcp: true, copy: c}, nil
+		return transportSet{shm: true, tcp: true, copy: c, fill: fill}, nil
 	}
-	t := transportSet{copy: c}
+	t := transportSet{copy: c, fill: fill}
 	for _, name := range strings.Split(v, ",") {
 		switch strings.TrimSpace(name) {
 		case TransportSHM:
@@ -272,7 +277,7 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 	if pl := newPoller(links); pl != nil {
 		e.AddPoller(pl)
 	}
-	hub, err := shm.Join(ctx, e, locals, shm.Options{Copy: tr.copy})
+	hub, err := shm.Join(ctx, e, locals, shm.Options{Copy: tr.copy, Fill: tr.fill})
 	if err != nil {
 		closeAll()
 		return nil, err

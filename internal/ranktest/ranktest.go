@@ -167,7 +167,7 @@ func RunConfig(tb testing.TB, n int, cfg Config, f func(t *T, c *mp.Comm)) {
 				mp.WithJob(jobs[i]),
 				mp.WithBackend(cfg.Backend),
 				mp.WithTimeout(cfg.Timeout),
-				mp.WithEnv(func(string) string { return "" }),
+				mp.WithEnv(jobEnv),
 			}, cfg.Options...)
 			c, err := mp.Init(ctx, opts...)
 			if err != nil {
@@ -216,7 +216,7 @@ func Go(n int, f func(c *mp.Comm) error, opts ...mp.Option) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			all := append([]mp.Option{mp.WithJob(jobs[i]), mp.WithBackend("tcp"),
-				mp.WithEnv(func(string) string { return "" })}, opts...)
+				mp.WithEnv(jobEnv)}, opts...)
 			c, err := mp.Init(ctx, all...)
 			if err != nil {
 				errs[i] = err
@@ -233,4 +233,15 @@ func Go(n int, f func(c *mp.Comm) error, opts ...mp.Option) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// jobEnv is the environment of a test's job: none of the process's, but
+// the shared-memory segments' pages at their first touch
+// (COURIER_SHM_PREFAULT=0): a test's job lives for a moment, and filling
+// every page of every segment ahead was most of a short job's time.
+func jobEnv(k string) string {
+	if k == "COURIER_SHM_PREFAULT" {
+		return "0"
+	}
+	return ""
 }

@@ -52,7 +52,7 @@ func (p *pair) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&p.mem[of
 // would.
 func startPair(t testing.TB, role string, capacity int, args ...string) (*pair, *child) {
 	size, toChild, toParent := pairLayout(capacity)
-	seg, err := Create("courier-test-"+role, size)
+	seg, err := Create("courier-test-"+role, size, FillAhead)
 	require.NoError(t, err)
 	t.Cleanup(func() { seg.Close() })
 	mem := seg.Bytes()
@@ -86,7 +86,7 @@ func childPair(conn *net.UnixConn) (*pair, *bufio.Scanner, error) {
 	if _, err := fmt.Sscanf(string(msg[:n]), "%d", &capacity); err != nil {
 		return nil, nil, fmt.Errorf("message %q: %v", msg[:n], err)
 	}
-	seg, err := Map(fds[0])
+	seg, err := Map(fds[0], FillAhead)
 	if err != nil {
 		return nil, nil, err
 	}

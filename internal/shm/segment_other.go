@@ -4,13 +4,13 @@ package shm
 
 // Create makes a shared memory segment; it needs Linux (memfd_create).
 // Here it returns an error wrapping ErrNotSupported.
-func Create(name string, size int) (*Segment, error) {
+func Create(name string, size int, fill Fill) (*Segment, error) {
 	return nil, notSupported("shared memory segments")
 }
 
 // Map maps a segment passed by another process; it needs Linux. Here it
 // returns an error wrapping ErrNotSupported.
-func Map(fd int) (*Segment, error) {
+func Map(fd int, fill Fill) (*Segment, error) {
 	return nil, notSupported("shared memory segments")
 }
 

@@ -16,8 +16,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// TestSegmentSealed: a segment is zeroed, sealed at its size, close-on-exec,
+// and a second mapping of it is the same memory, whichever the fill.
 func TestSegmentSealed(t *testing.T) {
-	s, err := Create("courier-test-seals", 10000)
+	for _, fill := range []Fill{FillAhead, FillOnTouch} {
+		t.Run([]string{"ahead", "on-touch"}[fill], func(t *testing.T) { segmentSealed(t, fill) })
+	}
+}
+
+func segmentSealed(t *testing.T, fill Fill) {
+	s, err := Create("courier-test-seals", 10000, fill)
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Len(t, s.Bytes(), 10000)
@@ -41,7 +49,7 @@ func TestSegmentSealed(t *testing.T) {
 	// A second mapping of the same file is the same memory.
 	dup, err := unix.Dup(fd)
 	require.NoError(t, err)
-	m, err := Map(dup)
+	m, err := Map(dup, fill)
 	require.NoError(t, err)
 	copy(s.Bytes()[9990:], "0123456789")
 	assert.Equal(t, "0123456789", string(m.Bytes()[9990:]))
@@ -57,7 +65,7 @@ func TestSegmentSealed(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
 
-	_, err = Create("x", 0)
+	_, err = Create("x", 0, FillAhead)
 	assert.Error(t, err)
 }
 
@@ -81,11 +89,11 @@ func TestMapRefuses(t *testing.T) {
 		unix.F_SEAL_SHRINK | unix.F_SEAL_FUTURE_WRITE: "sealed against writing",
 	} {
 		fd := memfd(seals)
-		_, err := Map(fd)
+		_, err := Map(fd, FillAhead)
 		assert.ErrorContains(t, err, want, "seals %#x", seals)
 		require.NoError(t, unix.Close(fd), "a failed Map leaves the descriptor open")
 	}
-	s, err := Map(memfd(unix.F_SEAL_SHRINK))
+	s, err := Map(memfd(unix.F_SEAL_SHRINK), FillAhead)
 	require.NoError(t, err, "sealed against shrinking is enough")
 	assert.Len(t, s.Bytes(), 8192)
 	require.NoError(t, s.Close())
@@ -95,15 +103,15 @@ func TestMapRefuses(t *testing.T) {
 	defer f.Close()
 	_, err = f.Write(make([]byte, 4096))
 	require.NoError(t, err)
-	_, err = Map(int(f.Fd()))
+	_, err = Map(int(f.Fd()), FillAhead)
 	assert.ErrorContains(t, err, "seals", "a file on disk has none")
 	var p [2]int
 	require.NoError(t, unix.Pipe2(p[:], unix.O_CLOEXEC))
 	defer unix.Close(p[0])
 	defer unix.Close(p[1])
-	_, err = Map(p[0])
+	_, err = Map(p[0], FillAhead)
 	assert.ErrorContains(t, err, "not a memory file")
-	_, err = Map(-1)
+	_, err = Map(-1, FillAhead)
 	assert.Error(t, err)
 }
 
@@ -165,7 +173,7 @@ func init() {
 func TestSegmentBetweenProcesses(t *testing.T) {
 	before := devShm(t)
 	size, _, _ := pairLayout(4096)
-	seg, err := Create("courier-test-map", size)
+	seg, err := Create("courier-test-map", size, FillAhead)
 	require.NoError(t, err)
 	copy(seg.Bytes()[ctlBytes-64:], bytes.Repeat([]byte("P"), 32))
 	_, toChild, toParent := pairLayout(4096)

@@ -144,7 +144,9 @@ func newJob(n int, opts []Option, deadline time.Time) (*job, error) {
 	}
 	j := &job{n: n, comms: make([]*mp.Comm, n), phase: make([]int, n)}
 	j.timeout, j.grace = bounds(cfg.timeout, deadline)
-	env := map[string]string{}
+	// The shared-memory segments' pages come at their first touch: a
+	// test's job lives for a moment (COURIER_SHM_PREFAULT in the README).
+	env := map[string]string{"COURIER_SHM_PREFAULT": "0"}
 	name := cfg.backend
 	switch name {
 	case "", "host":
