@@ -19,6 +19,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/internal/engine"
+	shmem "github.com/courier-mp/courier/internal/shm"
 )
 
 // socketPair returns the two ends of a unix stream socket pair.
@@ -198,6 +199,17 @@ func TestParseCopy(t *testing.T) {
 	_, err := ParseCopy("zero")
 	require.ErrorIs(t, err, backend.ErrInvalid)
 	assert.Contains(t, err.Error(), CopyEnv)
+}
+
+func TestParseFill(t *testing.T) {
+	for v, want := range map[string]shmem.Fill{"": shmem.FillAhead, "1": shmem.FillAhead, " true ": shmem.FillAhead, "0": shmem.FillOnTouch, "false": shmem.FillOnTouch} {
+		f, err := ParseFill(v)
+		require.NoError(t, err, v)
+		assert.Equal(t, want, f, v)
+	}
+	_, err := ParseFill("lazy")
+	require.ErrorIs(t, err, backend.ErrInvalid)
+	assert.Contains(t, err.Error(), PrefaultEnv)
 }
 
 // TestRingFull: more eager messages than the ring holds, all sent before
