@@ -112,29 +112,13 @@ func numbers[S mp.Buffer](n int, re, im func(i int) int64) S {
 	case []uint:
 		return any(ints[uint](n, re)).(S)
 	case []float32:
-		s := make([]float32, n)
-		for i := range s {
-			s[i] = float32(float64(re(i)))
-		}
-		return any(s).(S)
+		return any(floats[float32](n, re)).(S)
 	case []float64:
-		s := make([]float64, n)
-		for i := range s {
-			s[i] = float64(re(i))
-		}
-		return any(s).(S)
+		return any(floats[float64](n, re)).(S)
 	case []complex64:
-		s := make([]complex64, n)
-		for i := range s {
-			s[i] = complex64(complex(float64(re(i)), float64(im(i))))
-		}
-		return any(s).(S)
+		return any(complexes[complex64](n, re, im)).(S)
 	case []complex128:
-		s := make([]complex128, n)
-		for i := range s {
-			s[i] = complex(float64(re(i)), float64(im(i)))
-		}
-		return any(s).(S)
+		return any(complexes[complex128](n, re, im)).(S)
 	}
 	v := reflect.MakeSlice(reflect.TypeFor[S](), n, n)
 	for i := range n {
@@ -217,6 +201,24 @@ func ints[E ~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uin
 	s := make([]E, n)
 	for i := range s {
 		s[i] = E(re(i))
+	}
+	return s
+}
+
+// floats is numbers for a floating-point type.
+func floats[E ~float32 | ~float64](n int, re func(i int) int64) []E {
+	s := make([]E, n)
+	for i := range s {
+		s[i] = E(float64(re(i)))
+	}
+	return s
+}
+
+// complexes is numbers for a complex type.
+func complexes[E ~complex64 | ~complex128](n int, re, im func(i int) int64) []E {
+	s := make([]E, n)
+	for i := range s {
+		s[i] = E(complex(float64(re(i)), float64(im(i))))
 	}
 	return s
 }
