@@ -67,8 +67,8 @@ func Run(t *testing.T, ranks int, run Runner) {
 
 // RunLight is Run without the heavy cases (Case.Heavy), each skipped
 // with a message that names where it runs: for a short-form run of the
-// suite on a path that another run in the same test binary takes with
-// every case (say so in by).
+// suite on code that another short-form run takes with every case (by
+// names that run).
 func RunLight(t *testing.T, ranks int, run Runner, by string) {
 	t.Helper()
 	runCases(t, ranks, run, by)

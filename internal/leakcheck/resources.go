@@ -223,8 +223,6 @@ func shmMaps() map[string]int {
 	return out
 }
 
-// entries lists the names in dir that start with prefix (none when dir
-// does not exist).
 // DevShm lists the entries of /dev/shm whose names are courier's (they
 // start with "courier"), for LeftByJob.
 func DevShm() map[string]bool { return entries("/dev/shm", "courier") }
@@ -246,6 +244,8 @@ func LeftByJob(tmp string, before map[string]bool) []string {
 	return out
 }
 
+// entries lists the names in dir that start with prefix (none when dir
+// does not exist).
 func entries(dir, prefix string) map[string]bool {
 	names, _ := os.ReadDir(dir)
 	out := map[string]bool{}

@@ -35,8 +35,8 @@ const rankTest = "TestConformanceProcesses"
 // once over the host backend (shared memory) and once over tcp, and
 // reports each case as a subtest.
 func TestConformanceProcesses(t *testing.T) {
-	// The short form leaves the heavy cases to mp's suites over the same
-	// host backend (ranks as goroutines).
+	// The short form leaves the heavy cases to internal/conformance/inproc,
+	// over the same host backend (ranks as goroutines).
 	opts := proctest.Options{Cases: *casesFlag, Light: !testscope.Full()}
 	if proctest.InJob() {
 		proctest.RunRank(t, opts)
