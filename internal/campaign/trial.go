@@ -109,9 +109,10 @@ type proc struct {
 	cmd   *exec.Cmd
 	out   bytes.Buffer // all of its output
 	mu    sync.Mutex
-	ready chan string // its "ready" line
-	done  chan struct{}
-	err   error // Wait's
+	ready chan string   // its "ready" line
+	read  chan struct{} // closed once read has taken all of its output
+	done  chan struct{} // closed once it has exited and its output is all in out
+	err   error         // Wait's
 }
 
 // Trial runs one trial: cfg.Ranks copies of cfg.Exe join a job on
@@ -133,7 +134,7 @@ func Trial(cfg Config) *Result {
 		// No wait bound: a hang must show as a rank that does not end.
 		cmd.Env = append(cmd.Env, RoleEnv+"="+strconv.FormatUint(cfg.Seed, 10), "COURIER_TIMEOUT=", "COURIER_WATCHDOG=off", "COURIER_CHECK=")
 		cmd.ExtraFiles = sp.Files
-		p := &proc{cmd: cmd, ready: make(chan string, 1), done: make(chan struct{})}
+		p := &proc{cmd: cmd, ready: make(chan string, 1), read: make(chan struct{}), done: make(chan struct{})}
 		r, w := io.Pipe()
 		cmd.Stdout, cmd.Stderr = w, w
 		if err := cmd.Start(); err != nil {
@@ -145,8 +146,11 @@ func Trial(cfg Config) *Result {
 			}
 			return res
 		}
-		go p.read(r)
-		go func() { p.err = cmd.Wait(); w.Close(); close(p.done) }()
+		go p.take(r)
+		// Wait returns once the pipe has passed the last bytes on, which
+		// may still be in the scanner's buffer: done waits for take too,
+		// or a last END line could be missed (a survivor "without END").
+		go func() { p.err = cmd.Wait(); w.Close(); <-p.read; close(p.done) }()
 		procs[i] = p
 	}
 	for _, sp := range specs {
@@ -221,8 +225,10 @@ func want(cfg Config, i int) string {
 	return "ready " + strings.Join(tr, ",")
 }
 
-// read takes the rank's output, passing its ready line on.
-func (p *proc) read(r io.Reader) {
+// take reads the rank's output into out, passing its ready line on,
+// and closes read at the end.
+func (p *proc) take(r io.Reader) {
+	defer close(p.read)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	first := true
