@@ -14,6 +14,16 @@
 #                          # dir/FuzzName.log (default: a temporary folder)
 #   MD=1 bash scripts/fuzz.sh              # the final table in Markdown too
 #   bash scripts/fuzz.sh -l                # list the targets and stop
+#   JOBS=N bash scripts/fuzz.sh            # fuzz N targets at once (default 1)
+#   BUILD=dir bash scripts/fuzz.sh [DURATION] [PATTERN]
+#                          # build each package's instrumented test binary
+#                          # (go test -c -fuzz) into dir and stop: for a
+#                          # machine without Go
+#   BIN=dir bash scripts/fuzz.sh [DURATION] [PATTERN]
+#                          # fuzz with the binaries BUILD left in dir, in
+#                          # each package's folder (its seeds and testdata);
+#                          # the engine's cache in $CACHE (default
+#                          # dir/cache), so a second run goes on from the first
 #
 # The targets are found by their declarations (func FuzzX(f *testing.F) in
 # a _test.go file). The table's columns:
@@ -58,18 +68,44 @@ if [ "$dur" = list ]; then
 	exit 0
 fi
 
-echo "fuzz.sh: $(echo "$list" | wc -l) targets, $dur each, logs in $log; $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(go version | cut -d' ' -f3)"
-rows=()
-fail=0
-for t in $list; do
-	dir=${t%%:*}
-	name=${t##*:}
-	out="$log/$name.log"
+# bin names the test binary BUILD writes and BIN runs for package folder $1.
+bin() { echo "$1.test" | tr / _; }
+
+if [ -n "${BUILD:-}" ]; then
+	mkdir -p "$BUILD"
+	for dir in $(echo "$list" | cut -d: -f1 | sort -u); do
+		echo "fuzz.sh: building $BUILD/$(bin "$dir")"
+		go test -c -fuzz=. -ldflags='-s -w' -o "$BUILD/$(bin "$dir")" "./$dir" || exit 1
+	done
+	exit 0
+fi
+if [ -n "${BIN:-}" ]; then
+	BIN=$(cd "$BIN" && pwd)
+	cache=${CACHE:-$BIN/cache}
+	mkdir -p "$cache"
+	version="test binaries in $BIN"
+else
+	version=$(go version | cut -d' ' -f3)
+fi
+
+echo "fuzz.sh: $(echo "$list" | wc -l) targets, $dur each, ${JOBS:-1} at once, logs in $log; $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $version"
+
+# fuzz runs target $1 ("dir:FuzzName") and writes its table row to
+# $log/FuzzName.row (and the failure's lines, indented, after it).
+fuzz() {
+	local t=$1 dir=${1%%:*} name=${1##*:}
+	local out="$log/$name.log" before after rc start wall crashers last elapsed execs newi secs rate status
 	before=$(ls "$dir/testdata/fuzz/$name" 2>/dev/null | sort)
-	args=(test -run='^$' -fuzz="^${name}\$" -fuzztime="$dur")
-	[ -n "$par" ] && args+=(-parallel "$par")
 	start=$(date +%s)
-	nice -n "$nice" go "${args[@]}" "./$dir" >"$out" 2>&1
+	if [ -n "${BIN:-}" ]; then
+		local args=(-test.run='^$' -test.fuzz="^${name}\$" -test.fuzztime="$dur" -test.fuzzcachedir="$cache")
+		[ -n "$par" ] && args+=(-test.parallel "$par")
+		(cd "$dir" && nice -n "$nice" "$BIN/$(bin "$dir")" "${args[@]}") >"$out" 2>&1
+	else
+		local args=(test -run='^$' -fuzz="^${name}\$" -fuzztime="$dur")
+		[ -n "$par" ] && args+=(-parallel "$par")
+		nice -n "$nice" go "${args[@]}" "./$dir" >"$out" 2>&1
+	fi
 	rc=$?
 	wall=$(( $(date +%s) - start ))
 	after=$(ls "$dir/testdata/fuzz/$name" 2>/dev/null | sort)
@@ -82,15 +118,34 @@ for t in $list; do
 	secs=$(awk -v e="${elapsed:-0s}" 'BEGIN { s = 0; if (match(e, /[0-9]+h/)) s += 3600 * substr(e, RSTART, RLENGTH - 1); if (match(e, /[0-9]+m/)) s += 60 * substr(e, RSTART, RLENGTH - 1); if (match(e, /[0-9.]+s/)) s += substr(e, RSTART, RLENGTH - 1); print s }')
 	rate=$(awk -v n="${execs:-0}" -v s="$secs" 'BEGIN { if (s > 0) printf "%d", n / s; else print "-" }')
 	status=ok
+	[ "$rc" -ne 0 ] && status=FAIL
+	printf '%-40s %9s %12s %9s %5s %8s  %s\n' "$t" "${elapsed:-${wall}s}" "${execs:--}" "$rate" "${newi:--}" "$crashers" "$status" >"$log/$name.row"
 	if [ "$rc" -ne 0 ]; then
-		status=FAIL
-		fail=1
+		grep -E -- '--- FAIL|Failing input|panic:|fuzz_test.go|_test.go:[0-9]+' "$out" | head -n 20 | sed 's/^/    /' >>"$log/$name.row"
 	fi
-	row=$(printf '%-40s %9s %12s %9s %5s %8s  %s' "$t" "${elapsed:-${wall}s}" "${execs:--}" "$rate" "${newi:--}" "$crashers" "$status")
-	echo "$row"
-	rows+=("$row")
-	if [ "$rc" -ne 0 ]; then
-		grep -E -- '--- FAIL|Failing input|panic:|fuzz_test.go|_test.go:[0-9]+' "$out" | head -n 20 | sed 's/^/    /'
+	head -n 1 "$log/$name.row"
+}
+
+jobs=${JOBS:-1}
+running=0
+for t in $list; do
+	if [ "$running" -ge "$jobs" ]; then
+		wait -n
+		running=$((running - 1))
+	fi
+	fuzz "$t" &
+	running=$((running + 1))
+done
+wait
+
+rows=()
+fail=0
+for t in $list; do
+	row=$(cat "$log/${t##*:}.row" 2>/dev/null || printf '%-40s %9s %12s %9s %5s %8s  %s' "$t" - - - - - FAIL)
+	rows+=("$(head -n 1 <<<"$row")")
+	if grep -q ' FAIL$' <<<"$(head -n 1 <<<"$row")"; then
+		fail=1
+		tail -n +2 <<<"$row"
 	fi
 done
 
