@@ -293,3 +293,22 @@ type Shrinker interface {
 	Revoke(cause int)
 	Lost() []int
 }
+
+// Reporter is an optional Conn capability: asking the other ranks of the
+// job, over this Conn's own connections, what they are waiting for, when
+// a wait has passed its timeout and every rank may be blocked. Package mp
+// uses it to put every rank's pending operations, and the wait-for graph
+// they make, in the error of the wait that timed out, when no launcher's
+// control channel does it (courier run's).
+//
+// SetReport sets the function whose result this rank sends a rank that
+// asks: it is given the largest answer the connection carries and should
+// fit it (a longer one is cut); it runs on a goroutine of the transport's,
+// while the program's own goroutines may be blocked. nil answers with an
+// empty report. AskReports asks every other rank it can reach and returns
+// the answers that came within timeout, by rank; it never fails: a rank
+// that cannot be reached, or does not answer in time, is missing.
+type Reporter interface {
+	SetReport(report func(max int) []byte)
+	AskReports(timeout time.Duration) map[int][]byte
+}

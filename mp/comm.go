@@ -88,6 +88,10 @@ type Comm struct {
 	fam    *family
 	splits atomic.Uint64
 
+	// The world's answer to the other ranks' questions once one of its
+	// waits (or a derived communicator's) has timed out (jobreport.go).
+	answer atomic.Pointer[answer]
+
 	// Shrink (shrink.go): its calls on this communicator, one at a time;
 	// whether one has begun (the communicator is revoked) and whether
 	// one returned a communicator.
@@ -263,6 +267,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		cores:       lowered,
 	}
 	c.track()
+	c.setPeerAnswer()
 	return c, nil
 }
 

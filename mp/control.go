@@ -183,16 +183,22 @@ func processWaits() string {
 		if c.parent != nil {
 			continue // its ranks are not the job's
 		}
-		for _, p := range c.conn.Pending() {
-			peer := p.Peer
-			if peer < 0 {
-				peer = -1
-			}
-			desc := strings.NewReplacer("\t", " ", "\n", " ").Replace(c.describeOp(p))
-			fmt.Fprintf(&b, "%d\t%s\t%d\t%s\n", peer, p.Op, p.Tag, desc)
-		}
+		c.writeWaits(&b)
 	}
 	return b.String()
+}
+
+// writeWaits writes the "waits" lines of c's pending operations.
+func (c *Comm) writeWaits(b *strings.Builder) {
+	for _, p := range c.conn.Pending() {
+		peer := p.Peer
+		if peer < 0 {
+			peer = -1
+		}
+		desc := strings.NewReplacer("\t", " ", "\n", " ").Replace(c.describeOp(p))
+		op := strings.NewReplacer("\t", " ", "\n", " ").Replace(c.waitOp(p))
+		fmt.Fprintf(b, "%d\t%s\t%d\t%s\n", peer, op, p.Tag, desc)
+	}
 }
 
 // processReport lists the pending operations of every communicator open

@@ -120,10 +120,25 @@ func (c *Comm) describeOp(p backend.OpInfo) string {
 			name = strings.TrimSpace(collCallName(call) + " " + rest)
 		}
 	}
-	if p.Peer < 0 {
-		return fmt.Sprintf("%s of %d × %v%s", name, p.Count, p.Type, where)
+	of := fmt.Sprintf(" of %d × %v", p.Count, p.Type)
+	if p.Count == 0 {
+		of = "" // a Barrier: no data
 	}
-	return fmt.Sprintf("%s of %d × %v%s waiting for %s", name, p.Count, p.Type, where, peer)
+	if p.Peer < 0 {
+		return fmt.Sprintf("%s%s%s", name, of, where)
+	}
+	return fmt.Sprintf("%s%s%s waiting for %s", name, of, where, peer)
+}
+
+// waitOp is the operation of a pending one as the wait-for graph reads it
+// ("send", "recv", or a collective's name): a collective's messages are
+// the collective, not the sends and receives it is made of, so that the
+// graph tells ranks stuck in collectives from ranks stuck in receives.
+func (c *Comm) waitOp(p backend.OpInfo) string {
+	if p.Tag == collTag && (p.Op == "send" || p.Op == "recv") {
+		return strings.ToLower(collCallName(c.collCall.Load()))
+	}
+	return p.Op
 }
 
 // describeArrived says what a message that arrived unmatched is.

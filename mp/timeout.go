@@ -104,7 +104,13 @@ func (c *Comm) deadline() time.Time {
 // that error: every pending request then ends with it.
 func (c *Comm) abortTimedOut() error {
 	err := c.timeoutError()
-	reportJob() // under courier run: every rank's report, before the abort ends theirs
+	// Every rank's report, before the abort ends theirs: courier run
+	// prints them; without it, this rank asks the others (jobreport.go).
+	if !reportJob() {
+		if job := c.askJob(); job != "" {
+			err = fmt.Errorf("%w\n%s", err, job)
+		}
+	}
 	c.conn.Abort(err)
 	return err
 }

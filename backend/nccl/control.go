@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -164,4 +165,28 @@ func (c *conn) envelopeArrived(p int, e envelope) error {
 	pe.envNext++
 	c.announceLocked(p, e)
 	return nil
+}
+
+// SetReport implements backend.Reporter: the host connection answers the
+// other ranks' questions (a world communicator's; a derived one's asks
+// and answers nothing).
+func (c *conn) SetReport(report func(max int) []byte) {
+	if c.ctl == nil {
+		return
+	}
+	if r, ok := c.ctl.tc.(backend.Reporter); ok {
+		r.SetReport(report)
+	}
+}
+
+// AskReports implements backend.Reporter over the host connection, which
+// carries frames while NCCL's operations are stuck.
+func (c *conn) AskReports(timeout time.Duration) map[int][]byte {
+	if c.ctl == nil {
+		return map[int][]byte{}
+	}
+	if r, ok := c.ctl.tc.(backend.Reporter); ok {
+		return r.AskReports(timeout)
+	}
+	return map[int][]byte{}
 }

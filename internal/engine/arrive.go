@@ -77,6 +77,10 @@ func (p *Peer) Arrive(h *Header, src Source) error {
 	case KindBye:
 		p.onBye(h)
 		return nil
+	case KindAsk:
+		return p.onAsk(h)
+	case KindReply:
+		return p.onReply(h, src)
 	}
 	return fmt.Errorf("%w: kind %d", ErrFrame, h.Kind)
 }

@@ -39,6 +39,8 @@ type Engine struct {
 	closing   atomic.Bool
 	linger    time.Duration
 	wg        sync.WaitGroup // the links' goroutines
+
+	asks asks // questions for the other ranks' reports (ask.go)
 }
 
 // Options configures New.
@@ -164,6 +166,7 @@ func (e *Engine) Close() error {
 			}
 		}
 		<-done
+		e.asks.closeAsks()
 	})
 	return nil
 }
@@ -172,6 +175,7 @@ func (e *Engine) Close() error {
 // the engine ends with err.
 func (e *Engine) Abort(err error) {
 	e.failAll(err)
+	e.asks.drain(answerDrain)
 	for _, p := range e.peers {
 		if p != nil {
 			p.link.Kill(true)

@@ -11,9 +11,9 @@ import "time"
 // user: the goroutine (or poller) that reads a link does not block on
 // writing to it, so exchanges in both directions cannot deadlock.
 type Link interface {
-	// Send writes one EAGER or RTS frame from the calling goroutine, now,
-	// in order with the link's other frames, and numbers it (h.Seq, from 0
-	// per link). The payload may be reused when Send returns. It may block
+	// Send writes one EAGER, RTS, ASK or REPLY frame from the calling
+	// goroutine, now, in order with the link's other frames, and numbers it
+	// (h.Seq, from 0 per link). The payload may be reused when Send returns. It may block
 	// while the transport is busy, never on the peer posting a receive; an
 	// error means the link is broken.
 	Send(h *Header, payload []byte) error

@@ -21,6 +21,8 @@ const (
 	KindData  uint8 = 4 // a chunk of a large message's payload
 	KindBye   uint8 = 5 // the sender closed its communicator (the world: the link ends)
 	KindLeave uint8 = 6 // the sender closed (or aborted, or revoked) one communicator; the link goes on
+	KindAsk   uint8 = 7 // a rank whose wait timed out asks for the receiver's pending operations (ask.go)
+	KindReply uint8 = 8 // the answer to KindAsk: header + the report's bytes
 )
 
 // CTS flags. With CTSTruncate or CTSMismatch the receiver refuses the
@@ -77,6 +79,8 @@ const EagerLog = 16
 //	Bye:        Flags.
 //	Leave:      Comm (0, the world, only with LeaveRevoke), Flags; with
 //	            LeaveRevoke, Tag: the rank of the job the sender lost (-1: none).
+//	Ask:        Seq (numbered as EAGER and RTS), SID (the question's id).
+//	Reply:      Seq, SID (the question's id), Count (the report's bytes).
 type Header struct {
 	Kind  uint8
 	Type  backend.DType
@@ -170,6 +174,14 @@ func (h *Header) Check(eager int64) error {
 			return fmt.Errorf("%w: data offset %d", ErrFrame, h.SID)
 		}
 	case KindBye:
+	case KindAsk:
+		if h.Count != 0 {
+			return fmt.Errorf("%w: ASK with %d payload bytes", ErrFrame, h.Count)
+		}
+	case KindReply:
+		if h.Count < 0 || h.Count > eager {
+			return fmt.Errorf("%w: REPLY of %d bytes over the limit %d", ErrFrame, h.Count, eager)
+		}
 	case KindLeave:
 		if h.Comm == 0 && h.Flags&LeaveRevoke == 0 {
 			return fmt.Errorf("%w: LEAVE of communicator 0 (the world says BYE)", ErrFrame)
@@ -181,12 +193,12 @@ func (h *Header) Check(eager int64) error {
 }
 
 // PayloadLen is the number of payload bytes that follow the header on the
-// wire: an EAGER message's bytes or a DATA chunk.
+// wire: an EAGER message's bytes, a DATA chunk or a REPLY's report.
 func (h *Header) PayloadLen() int64 {
 	switch h.Kind {
 	case KindEager:
 		return h.Count * int64(h.Type.Size())
-	case KindData:
+	case KindData, KindReply:
 		return h.Count
 	}
 	return 0

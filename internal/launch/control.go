@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/courier-mp/courier/internal/waitgraph"
 )
 
 // EnvControlFD names the inherited descriptor of a rank's control
@@ -24,7 +26,7 @@ import (
 // "report N" and N bytes of text, then "waits M" and M bytes of lines
 // "peer<TAB>op<TAB>tag<TAB>description", one per pending operation of its
 // world communicators (peer -1: any rank), of which courier run draws the
-// wait-for graph (waitgraph.go). A rank whose wait passed its
+// wait-for graph (internal/waitgraph). A rank whose wait passed its
 // COURIER_TIMEOUT says "stuck" before it aborts: courier run then asks
 // every rank (once per job) and says "reported" to it when it has printed
 // the answers.
@@ -54,7 +56,7 @@ type control struct {
 type rankReport struct {
 	rank  int
 	text  string
-	waits []wait
+	waits []waitgraph.Wait
 }
 
 // newControl makes rank i's control channel: courier run's end, and the
@@ -115,7 +117,7 @@ func (c *control) serve() {
 			return
 		}
 		select { // one answer per request, so room for it; never block
-		case c.reports <- rankReport{c.rank, string(b), parseWaits(string(w))}:
+		case c.reports <- rankReport{c.rank, string(b), waitgraph.Parse(string(w))}:
 		default:
 		}
 	}
@@ -144,7 +146,7 @@ func (j *job) collectReports(ranks []*rank, reports <-chan rankReport, why strin
 		return 0
 	}
 	got := make(map[int]string, asked)
-	waits := make(map[int][]wait, asked)
+	waits := make(map[int][]waitgraph.Wait, asked)
 	t := time.NewTimer(ReportWait)
 	defer t.Stop()
 wait:
@@ -171,7 +173,7 @@ wait:
 			fmt.Fprintf(&b, "[%d] %s\n", i, strings.TrimSuffix(line, "\n"))
 		}
 	}
-	for _, line := range waitGraph(len(ranks), waits) {
+	for _, line := range waitgraph.Describe(len(ranks), waits) {
 		b.WriteString(MessagePrefix + line + "\n")
 	}
 	if j.out.stderr != nil {

@@ -27,12 +27,14 @@ const module = "github.com/courier-mp/courier"
 // of the module that its non-test files may import. A package that is not
 // here fails the test until it is placed.
 var allowed = map[string][]string{
-	// The leaves: nothing of courier.
-	"internal/errs":    nil, // the sentinels, re-exported by backend, cuda and mp
-	"internal/auth":    nil,
-	"internal/netaddr": nil,
-	"internal/launch":  nil,
-	"internal/shm":     nil, // shared memory, rings, doorbells, single copy: the OS shim of backend/shm
+	// The leaves: nothing of courier (courier run's launcher: the graph's
+	// leaf).
+	"internal/errs":      nil, // the sentinels, re-exported by backend, cuda and mp
+	"internal/auth":      nil,
+	"internal/netaddr":   nil,
+	"internal/launch":    {"internal/waitgraph"},
+	"internal/shm":       nil, // shared memory, rings, doorbells, single copy: the OS shim of backend/shm
+	"internal/waitgraph": nil, // the wait-for graph of a hung job, for courier run and mp's timeout
 
 	// The bottom of the house: the CUDA loader and the backend contract
 	// import only the sentinels' leaf.
@@ -59,7 +61,7 @@ var allowed = map[string][]string{
 	"backend/nccl": {"backend", "backend/tcp", "cuda", "internal/auth", "internal/errs", "internal/netaddr"},
 
 	// What users import.
-	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/errs", "internal/reduce"},
+	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/errs", "internal/reduce", "internal/waitgraph"},
 
 	// On top: the test harnesses, the benchmarks, the command, the
 	// examples, and the test helpers.

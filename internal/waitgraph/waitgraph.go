@@ -1,4 +1,10 @@
-package launch
+// Package waitgraph draws a job's wait-for graph from its ranks' pending
+// operations, and says each cycle in words with the mistake it probably
+// is ("head-to-head blocking sends: use Sendrecv, …"). Package mp writes
+// each rank's operations as "waits" lines; courier run (internal/launch)
+// and mp's own timeout report, which asks the other ranks over the job's
+// connections, read them with Parse and describe them with Describe.
+package waitgraph
 
 import (
 	"fmt"
@@ -8,19 +14,20 @@ import (
 	"strings"
 )
 
-// wait is one pending operation of a rank, as the rank reported it: the
+// Wait is one pending operation of a rank, as the rank reported it: the
 // rank it waits for (-1: any), the operation ("send", "recv", or a
 // collective's), its tag, and its description in the program's words.
-type wait struct {
+type Wait struct {
 	peer int
 	op   string
 	tag  int
 	desc string
 }
 
-// parseWaits reads a rank's "waits" lines; malformed lines are skipped.
-func parseWaits(s string) []wait {
-	var out []wait
+// Parse reads a rank's "waits" lines, one per pending operation,
+// "peer<TAB>op<TAB>tag<TAB>description"; malformed lines are skipped.
+func Parse(s string) []Wait {
+	var out []Wait
 	for line := range strings.Lines(s) {
 		f := strings.SplitN(strings.TrimSuffix(line, "\n"), "\t", 4)
 		if len(f) != 4 {
@@ -31,7 +38,7 @@ func parseWaits(s string) []wait {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		out = append(out, wait{peer: peer, op: f[1], tag: tag, desc: shortDesc(f[3])})
+		out = append(out, Wait{peer: peer, op: f[1], tag: tag, desc: shortDesc(f[3])})
 	}
 	return out
 }
@@ -53,18 +60,18 @@ func shortDesc(d string) string {
 	return d[:i] + " at " + filepath.Base(rest[:end]) + rest[paren+1:]
 }
 
-// waitGraph describes the job's wait-for graph from the ranks' answers
+// Describe describes the job's wait-for graph from the ranks' answers
 // (waits, by rank, of n): its edges, each cycle in words with what it
 // probably is, and each rank waited for that waits for nothing.
-func waitGraph(n int, waits map[int][]wait) []string {
+func Describe(n int, waits map[int][]Wait) []string {
 	if len(waits) == 0 {
 		return nil
 	}
 	next := make([][]int, n) // the ranks each rank waits for
-	first := make([]map[int]wait, n)
+	first := make([]map[int]Wait, n)
 	var edges []string
 	for r := range n {
-		first[r] = map[int]wait{}
+		first[r] = map[int]Wait{}
 		for _, w := range waits[r] {
 			if w.peer < 0 || w.peer >= n || w.peer == r {
 				continue
@@ -135,7 +142,7 @@ func cycleFrom(s int, next [][]int) []int {
 
 // describeCycle says a cycle in words: who waits in what for whom, and,
 // where the operations say it, what kind of mistake it is.
-func describeCycle(cyc []int, first []map[int]wait) string {
+func describeCycle(cyc []int, first []map[int]Wait) string {
 	var b strings.Builder
 	ops := make([]string, len(cyc))
 	for i, r := range cyc {

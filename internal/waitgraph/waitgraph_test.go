@@ -1,4 +1,4 @@
-package launch
+package waitgraph
 
 import (
 	"strings"
@@ -74,11 +74,11 @@ func TestWaitGraph(t *testing.T) {
 		none:  true,
 	}} {
 		t.Run(c.name, func(t *testing.T) {
-			waits := map[int][]wait{}
+			waits := map[int][]Wait{}
 			for r, s := range c.waits {
-				waits[r] = parseWaits(s)
+				waits[r] = Parse(s)
 			}
-			got := strings.Join(waitGraph(c.n, waits), "\n")
+			got := strings.Join(Describe(c.n, waits), "\n")
 			if c.none && got != "" {
 				t.Errorf("got %q, want nothing", got)
 			}
