@@ -91,9 +91,13 @@ func acceptRanks(ctx context.Context, ln net.Listener, hs handshake, want []int,
 				continue
 			}
 			wg.Go(func() {
-				j, err := hs.accept(actx, nc, admit, release)
+				j, sess, err := hs.accept(actx, nc, admit, release)
 				<-slots
-				if err != nil {
+				if err == nil {
+					if nc, err = hs.sealConn(nc, sess, false); err != nil {
+						release(j)
+					}
+				} else {
 					nc.Close()
 				}
 				select {

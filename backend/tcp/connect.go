@@ -105,6 +105,10 @@ func local(a, b card) bool { return sameHost(a, b) && a.unix != "" && b.unix != 
 // builds the engine over the links.
 func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.Conn, error) {
 	rank, size, key := cfg.Job.Rank, cfg.Job.Size, cfg.Job.Key
+	seal, err := parseSeal(cfg.Getenv(SealEnv))
+	if err != nil {
+		return nil, err
+	}
 	var mine card
 	var tln, uln net.Listener
 	if tr.tcp {
@@ -179,7 +183,7 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 	}
 
 	conns := make([]net.Conn, size)
-	hs := handshake{key: key, rank: rank, size: size}
+	hs := handshake{key: key, rank: rank, size: size, seal: seal}
 	var (
 		mu   sync.Mutex
 		errs []error

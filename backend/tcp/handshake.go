@@ -33,6 +33,35 @@ const (
 type handshake struct {
 	key        string
 	rank, size int
+	seal       bool // COURIER_ENCRYPT: bound into the proofs (seal.go)
+}
+
+// hsSealed is the proofs' context on connections that are sealed: the
+// setting is authenticated with the ranks, and a peer whose setting
+// differs is told so (mismatch).
+const hsSealed = "courier-tcp-peer-sealed"
+
+// context is the proofs' context for hs's seal setting; other, the other
+// setting's.
+func (hs handshake) context() string {
+	if hs.seal {
+		return hsSealed
+	}
+	return hsContext
+}
+
+func (hs handshake) other() string {
+	if hs.seal {
+		return hsContext
+	}
+	return hsSealed
+}
+
+// sealMismatch says why a peer whose proof holds under the other seal
+// setting is refused.
+func (hs handshake) sealMismatch(peer string) string {
+	return fmt.Sprintf("%s has %s and rank %d has %s: set %s alike on every rank",
+		peer, sealName(!hs.seal), hs.rank, sealName(hs.seal), SealEnv)
 }
 
 func ranksBytes(rank, size int) []byte {
@@ -61,9 +90,10 @@ func dialPeer(ctx context.Context, network, addr string, hs handshake, want int)
 		if err != nil {
 			return nil, fmt.Errorf("tcp: connecting to rank %d at %s: %w", want, addr, err)
 		}
-		err = hs.dial(ctx, nc, want)
+		var s session
+		s, err = hs.dial(ctx, nc, want)
 		if err == nil {
-			return nc, nil
+			return hs.sealConn(nc, s, true)
 		}
 		nc.Close()
 		if !errors.Is(err, errBusy) || ctx.Err() != nil {
@@ -87,53 +117,62 @@ const helloSize = 4 + 2 + auth.NonceSize
 const claimSize = 4 + 2 + 8 + auth.NonceSize + auth.MACSize
 
 // dial runs the dialer's side; want is the rank expected at the other end.
-func (hs handshake) dial(ctx context.Context, nc net.Conn, want int) error {
+func (hs handshake) dial(ctx context.Context, nc net.Conn, want int) (s session, err error) {
 	defer deadline(ctx, nc)()
 	var hello [helloSize]byte
 	if _, err := io.ReadFull(nc, hello[:]); err != nil {
 		if err == io.EOF {
 			err = errBusy
 		}
-		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+		return s, fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
 	}
 	nonce, err := parseHello(hello[:])
 	if err != nil {
-		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+		return s, fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
 	}
 	mine := auth.Nonce()
+	s = session{acc: nonce, dial: mine}
 	claim := make([]byte, 0, claimSize)
 	claim = append(claim, hsMagic...)
 	claim = binary.LittleEndian.AppendUint16(claim, hsVersion)
 	claim = append(claim, ranksBytes(hs.rank, hs.size)...)
 	claim = append(claim, mine[:]...)
-	proof := auth.Prove(hs.key, hsContext, nonce, ranksBytes(hs.rank, hs.size))
+	proof := auth.Prove(hs.key, hs.context(), nonce, ranksBytes(hs.rank, hs.size))
 	claim = append(claim, proof[:]...)
 	if _, err := nc.Write(claim); err != nil {
-		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+		return s, fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
 	}
 	var status [1]byte
 	if _, err := io.ReadFull(nc, status[:]); err != nil {
-		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+		return s, fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
 	}
 	if status[0] != hsOK {
-		return fmt.Errorf("tcp: rank %d refused this rank: %w", want, readRefusal(nc))
+		return s, fmt.Errorf("tcp: rank %d refused this rank: %w", want, readRefusal(nc))
 	}
 	var reply [4 + auth.MACSize]byte
 	if _, err := io.ReadFull(nc, reply[:]); err != nil {
-		return fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
+		return s, fmt.Errorf("tcp: handshake with rank %d: %w", want, err)
 	}
 	got := int(binary.LittleEndian.Uint32(reply[:4]))
-	if got != want || !auth.Verify(hs.key, hsContext, mine, reply[4:], ranksBytes(got, hs.size)) {
-		return fmt.Errorf("tcp: the process at rank %d's address is not rank %d of this job: %w", want, want, errHandshake)
+	if got != want || !auth.Verify(hs.key, hs.context(), mine, reply[4:], ranksBytes(got, hs.size)) {
+		return s, fmt.Errorf("tcp: the process at rank %d's address is not rank %d of this job: %w", want, want, errHandshake)
 	}
-	return nil
+	return s, nil
 }
 
 // accept runs the acceptor's side, within hsTimeout, and returns the
 // dialer's rank. Once the dialer has proved it holds the key, admit says
 // why its rank may not connect ("" when it may, which reserves the rank);
 // release gives the rank back if the handshake fails after that.
-func (hs handshake) accept(ctx context.Context, nc net.Conn, admit func(rank int) string, release func(rank int)) (int, error) {
+func (hs handshake) accept(ctx context.Context, nc net.Conn, admit func(rank int) string, release func(rank int)) (int, session, error) {
+	var s session
+	j, err := hs.acceptSide(ctx, nc, admit, release, &s)
+	return j, s, err
+}
+
+// acceptSide is accept's work; it fills s once the dialer has proved
+// itself.
+func (hs handshake) acceptSide(ctx context.Context, nc net.Conn, admit func(rank int) string, release func(rank int), s *session) (int, error) {
 	hctx, cancel := context.WithTimeout(ctx, hsTimeout)
 	defer cancel()
 	defer deadline(hctx, nc)()
@@ -162,7 +201,10 @@ func (hs handshake) accept(ctx context.Context, nc net.Conn, admit func(rank int
 	if err != nil {
 		return -1, fmt.Errorf("tcp: handshake with %s: %w", nc.RemoteAddr(), err)
 	}
-	if !auth.Verify(hs.key, hsContext, nonce, c.proof[:], ranksBytes(c.rank, c.size)) {
+	if !auth.Verify(hs.key, hs.context(), nonce, c.proof[:], ranksBytes(c.rank, c.size)) {
+		if auth.Verify(hs.key, hs.other(), nonce, c.proof[:], ranksBytes(c.rank, c.size)) {
+			return refuse(hs.sealMismatch(fmt.Sprintf("rank %d", c.rank)))
+		}
 		return refuse("connection from another job: job key mismatch")
 	}
 	if c.size != hs.size {
@@ -174,13 +216,29 @@ func (hs handshake) accept(ctx context.Context, nc net.Conn, admit func(rank int
 	if why := admit(c.rank); why != "" {
 		return refuse(why)
 	}
-	proof := auth.Prove(hs.key, hsContext, c.nonce, ranksBytes(hs.rank, hs.size))
+	proof := auth.Prove(hs.key, hs.context(), c.nonce, ranksBytes(hs.rank, hs.size))
+	*s = session{acc: nonce, dial: c.nonce}
 	reply := append([]byte{hsOK}, binary.LittleEndian.AppendUint32(nil, uint32(hs.rank))...)
 	if _, err := nc.Write(append(reply, proof[:]...)); err != nil {
 		release(c.rank)
 		return -1, fmt.Errorf("tcp: handshake with rank %d: %w", c.rank, err)
 	}
 	return c.rank, nil
+}
+
+// sealConn returns nc as the link uses it: sealed when hs says so and nc
+// is a TCP connection (the unix socket to a rank of this host carries
+// only the shared-memory transport's setup).
+func (hs handshake) sealConn(nc net.Conn, s session, dialer bool) (net.Conn, error) {
+	if _, ok := nc.(*net.TCPConn); !ok || !hs.seal {
+		return nc, nil
+	}
+	sc, err := newSealedConn(nc, hs.key, s, dialer)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return sc, nil
 }
 
 // deadline applies ctx's deadline to nc for the handshake and returns the

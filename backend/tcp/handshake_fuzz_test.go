@@ -97,7 +97,7 @@ func FuzzHandshakeDial(f *testing.F) {
 
 		hs := handshake{key: "key", rank: 1, size: 4}
 		nc := &scriptConn{r: bytes.NewReader(data)}
-		err := hs.dial(context.Background(), nc, 0)
+		_, err := hs.dial(context.Background(), nc, 0)
 		if err == nil {
 			t.Fatal("the dialer took forged bytes for rank 0 of its job")
 		}
@@ -127,7 +127,7 @@ func FuzzHandshakeAccept(f *testing.F) {
 		hs := handshake{key: "key", rank: 0, size: 4}
 		nc := &scriptConn{r: bytes.NewReader(data)}
 		admitted := false
-		rank, err := hs.accept(context.Background(), nc, func(int) string { admitted = true; return "" }, func(int) {})
+		rank, _, err := hs.accept(context.Background(), nc, func(int) string { admitted = true; return "" }, func(int) {})
 		if err == nil || rank != -1 {
 			t.Fatalf("the acceptor admitted forged bytes as rank %d (%v)", rank, err)
 		}

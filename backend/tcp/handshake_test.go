@@ -31,7 +31,7 @@ func TestHandshakeRefusesOldAcceptor(t *testing.T) {
 	hs := handshake{key: "k", rank: 1, size: 2}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := hs.dial(ctx, a, 0)
+	_, err := hs.dial(ctx, a, 0)
 	require.ErrorIs(t, err, errHandshake)
 	assert.ErrorContains(t, err, "protocol version 1, this rank version 2")
 }
@@ -47,7 +47,7 @@ func TestHandshakeTellsOldDialerWhy(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := hs.accept(ctx, a, func(int) string { return "" }, func(int) {})
+		_, _, err := hs.accept(ctx, a, func(int) string { return "" }, func(int) {})
 		done <- err
 	}()
 	var hello [helloSize]byte

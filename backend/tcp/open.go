@@ -174,6 +174,9 @@ func userTimeout(cfg backend.Config) (time.Duration, error) {
 // ut (if positive; see DefaultUserTimeout) so a partition is noticed
 // within ut also while data is in flight.
 func tuneConn(nc net.Conn, ut time.Duration) {
+	if sc, ok := nc.(*sealedConn); ok {
+		nc = sc.Conn
+	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 2 * time.Second, Interval: time.Second, Count: 3})
