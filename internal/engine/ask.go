@@ -28,10 +28,12 @@ type asks struct {
 	answered chan struct{}         // capacity 1: a token when one of them ends
 }
 
-// reply is one rank's answer to a question.
+// reply is one rank's answer to a question, or, with gone, the news
+// that its link ended (no answer will come).
 type reply struct {
 	rank   int
 	report []byte
+	gone   bool
 }
 
 // SetReport sets the function whose result this rank sends a rank that
@@ -79,15 +81,31 @@ func (e *Engine) AskReports(timeout time.Duration) map[int][]byte {
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	for len(out) < asked {
+	ended := map[int]bool{}
+	for len(ended) < asked {
 		select {
 		case r := <-ch:
-			out[r.rank] = r.report
+			if !r.gone {
+				out[r.rank] = r.report
+			}
+			ended[r.rank] = true
 		case <-t.C:
 			return out
 		}
 	}
 	return out
+}
+
+// gone tells the open questions that rank's link has ended.
+func (a *asks) gone(rank int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ch := range a.open {
+		select {
+		case ch <- reply{rank: rank, gone: true}:
+		default:
+		}
+	}
 }
 
 // onAsk answers a peer's question from a goroutine of its own (the

@@ -30,6 +30,7 @@ const ByeLost uint16 = 1 << 1
 // wherever the program is when it happens. A rank that closed in order
 // while others live ends none: everything it sent was delivered.
 func (e *Engine) failPeer(p *Peer, err error) {
+	e.asks.gone(p.rank) // a question to it will have no answer
 	e.mu.Lock()
 	first := p.lost == nil
 	if first {
