@@ -1,6 +1,7 @@
 package mp
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -199,13 +200,48 @@ func (c *Comm) exchange(out backend.Buffer, to int, in backend.Buffer, from int)
 	}
 	switch {
 	case err != nil:
-		return from, err
+		return from, c.disagreement(from, err)
 	case serr != nil:
-		return to, serr
+		return to, c.disagreement(to, serr)
 	case rerr != nil:
-		return from, rerr
+		return from, c.disagreement(from, rerr)
 	}
 	return -1, nil
+}
+
+// disagreement says a transport's refusal of a collective's message (a
+// mismatch or a truncation, in words of the library's own tag and
+// buffers) in the words of the collective the program called.
+func (c *Comm) disagreement(peer int, err error) error {
+	if !errors.Is(err, ErrMismatch) && !errors.Is(err, ErrTruncate) || errors.Is(err, ErrPeerLost) {
+		return err
+	}
+	var cm *collMismatch
+	if errors.As(err, &cm) {
+		return err
+	}
+	return &collMismatch{
+		msg: fmt.Sprintf("rank %d's part of this %s does not fit this rank's: it called another collective, or this one with another count, type or root (every rank must call the same collectives, in the same order, alike)",
+			peer, collCallName(c.collCall.Load())),
+		truncated: errors.Is(err, ErrTruncate),
+	}
+}
+
+// collMismatch is a collective whose ranks disagree: it matches
+// ErrMismatch (and ErrTruncate, when the transport refused a message too
+// large for this rank's part).
+type collMismatch struct {
+	msg       string
+	truncated bool
+}
+
+func (e *collMismatch) Error() string { return ErrMismatch.Error() + ": " + e.msg }
+
+func (e *collMismatch) Unwrap() []error {
+	if e.truncated {
+		return []error{ErrMismatch, ErrTruncate}
+	}
+	return []error{ErrMismatch}
 }
 
 // send sends b to rank to (one side of an exchange).

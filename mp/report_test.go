@@ -140,3 +140,67 @@ func uniq(lines []string) map[string]bool {
 	}
 	return m
 }
+
+// Ranks that call different collectives, or one collective with
+// different counts, are not a hang but an error, in the words of the
+// collectives the program called, over TCP (the collectives' messages)
+// and over shared memory (their areas): never the library's tag, nor its
+// buffers' types.
+func TestCollectiveDisagreementWords(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		rank [2]func(c *mp.Comm) error
+		want map[string][]string // by backend: in some rank's error
+	}{{
+		name: "different collectives",
+		rank: [2]func(c *mp.Comm) error{
+			func(c *mp.Comm) error { return mp.Barrier(c) },
+			func(c *mp.Comm) error { return mp.Allreduce(c, []float64{1}, make([]float64, 1), mp.Sum) },
+		},
+		want: map[string][]string{
+			"tcp": {"part of this Barrier does not fit this rank's: it called another collective", "part of this Allreduce does not fit"},
+			"shm": {"called allreduce of 8 bytes of float64 with sum where this rank called barrier (every rank must call the same collectives, alike)"},
+		},
+	}, {
+		name: "different counts",
+		rank: [2]func(c *mp.Comm) error{
+			func(c *mp.Comm) error { return mp.Allreduce(c, make([]float32, 4), make([]float32, 4), mp.Sum) },
+			func(c *mp.Comm) error { return mp.Allreduce(c, make([]float32, 8), make([]float32, 8), mp.Sum) },
+		},
+		want: map[string][]string{
+			"tcp": {"Allreduce does not fit this rank's"},
+			"shm": {"called allreduce of 32 bytes of float32 with sum where this rank called allreduce of 16 bytes of float32 with sum"},
+		},
+	}} {
+		for _, backend := range []string{"tcp", "shm"} {
+			t.Run(c.name+"/"+backend, func(t *testing.T) {
+				t.Parallel()
+				errs := make([]error, 2)
+				mptest.Run(t, 2, func(t *testing.T, comm *mp.Comm) {
+					errs[comm.Rank()] = c.rank[comm.Rank()](comm)
+				}, mptest.WithBackend(backend), mptest.WithInitOptions(mp.WithTimeout(10*time.Second)))
+				all := ""
+				for r, err := range errs {
+					if err == nil {
+						continue
+					}
+					if !errors.Is(err, mp.ErrMismatch) && !errors.Is(err, mp.ErrPeerLost) {
+						t.Errorf("rank %d: %v, want ErrMismatch (or the other's loss)", r, err)
+					}
+					all += err.Error() + "\n"
+				}
+				for _, w := range c.want[backend] {
+					if !strings.Contains(all, w) {
+						t.Errorf("no rank's error has %q:\n%s", w, all)
+					}
+				}
+				for _, bad := range []string{"tag -", "uint8", "invalid"} {
+					if strings.Contains(all, bad) {
+						t.Errorf("an error shows the library's %q:\n%s", bad, all)
+					}
+				}
+			})
+		}
+	}
+}

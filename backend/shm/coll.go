@@ -190,6 +190,9 @@ func collDesc(co backend.Coll) uint64 {
 // sayDesc describes a packed descriptor, for ErrMismatch.
 func sayDesc(d uint64) string {
 	kind, op, typ := backend.CollKind(d&0xff), backend.ReduceOp(d>>8&0xff), backend.DType(d>>16&0xff)
+	if kind == backend.Barrier {
+		return "barrier"
+	}
 	s := fmt.Sprintf("%v of %d bytes of %v", kind, d>>40, typ)
 	if kind.Reduces() {
 		s += " with " + op.String()
