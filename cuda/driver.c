@@ -82,6 +82,12 @@ struct courier_cuda {
 	// CUDA_ERROR_NOT_SUPPORTED.
 	CUresult (*cuStreamWriteValue64)(CUstream s, CUdeviceptr addr, uint64_t v, unsigned int flags);
 	CUresult (*cuStreamWaitValue64)(CUstream s, CUdeviceptr addr, uint64_t v, unsigned int flags);
+	// Interprocess memory handles: NULL when the driver lacks them, and
+	// the wrappers answer CUDA_ERROR_NOT_SUPPORTED.
+	CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *h, CUdeviceptr p);
+	CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags);
+	CUresult (*cuIpcCloseMemHandle)(CUdeviceptr p);
+	CUresult (*cuMemGetAddressRange)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 };
 
 courier_cuda *courier_cuda_open(const char *path, char *err, size_t errlen, int *code) {
@@ -127,6 +133,13 @@ courier_cuda *courier_cuda_open(const char *path, char *err, size_t errlen, int 
 	if (c->cuStreamWaitValue64 == NULL) {
 		*(void **)(&c->cuStreamWaitValue64) = dlsym(h, "cuStreamWaitValue64");
 	}
+	*(void **)(&c->cuIpcGetMemHandle) = dlsym(h, "cuIpcGetMemHandle");
+	*(void **)(&c->cuIpcOpenMemHandle) = dlsym(h, "cuIpcOpenMemHandle_v2");
+	if (c->cuIpcOpenMemHandle == NULL) {
+		*(void **)(&c->cuIpcOpenMemHandle) = dlsym(h, "cuIpcOpenMemHandle");
+	}
+	*(void **)(&c->cuIpcCloseMemHandle) = dlsym(h, "cuIpcCloseMemHandle");
+	*(void **)(&c->cuMemGetAddressRange) = dlsym(h, "cuMemGetAddressRange_v2");
 	// When cuInit fails, *code says so and the library stays loaded for
 	// the caller to name the error (cuGetErrorName) and close it.
 	*code = c->cuInit(0);
@@ -417,4 +430,41 @@ courier_status courier_launch(const courier_cuda *c, uintptr_t ctx, uintptr_t f,
 		params[i] = &slots[i];
 	}
 	COURIER_CTX_CALL(c, ctx, c->cuLaunchKernel((CUfunction)f, gx, gy, gz, bx, by, bz, shared, (CUstream)s, n > 0 ? params : NULL, NULL))
+}
+
+courier_status courier_ipc_get_mem_handle(const courier_cuda *c, uintptr_t ctx, uint64_t p, void *handle) {
+	if (c->cuIpcGetMemHandle == NULL) return courier_plain(COURIER_CUDA_NOT_SUPPORTED);
+	CUipcMemHandle h;
+	memset(&h, 0, sizeof h);
+	COURIER_PUSH(c, ctx)
+	st_.code = c->cuIpcGetMemHandle(&h, (CUdeviceptr)p);
+	memcpy(handle, &h, sizeof h);
+	COURIER_POP(c)
+}
+
+courier_status courier_ipc_open_mem_handle(const courier_cuda *c, uintptr_t ctx, const void *handle, uint64_t *p) {
+	if (c->cuIpcOpenMemHandle == NULL) return courier_plain(COURIER_CUDA_NOT_SUPPORTED);
+	CUipcMemHandle h;
+	memcpy(&h, handle, sizeof h);
+	CUdeviceptr d = 0;
+	COURIER_PUSH(c, ctx)
+	st_.code = c->cuIpcOpenMemHandle(&d, h, COURIER_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	*p = (uint64_t)d;
+	COURIER_POP(c)
+}
+
+courier_status courier_ipc_close_mem_handle(const courier_cuda *c, uintptr_t ctx, uint64_t p) {
+	if (c->cuIpcCloseMemHandle == NULL) return courier_plain(COURIER_CUDA_NOT_SUPPORTED);
+	COURIER_CTX_CALL(c, ctx, c->cuIpcCloseMemHandle((CUdeviceptr)p))
+}
+
+courier_status courier_mem_get_address_range(const courier_cuda *c, uintptr_t ctx, uint64_t p, uint64_t *base, uint64_t *bytes) {
+	if (c->cuMemGetAddressRange == NULL) return courier_plain(COURIER_CUDA_NOT_SUPPORTED);
+	CUdeviceptr b = 0;
+	size_t n = 0;
+	COURIER_PUSH(c, ctx)
+	st_.code = c->cuMemGetAddressRange(&b, &n, (CUdeviceptr)p);
+	*base = (uint64_t)b;
+	*bytes = (uint64_t)n;
+	COURIER_POP(c)
 }

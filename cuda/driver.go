@@ -38,6 +38,10 @@ type driverAPI interface {
 	memHostAlloc(ctx uintptr, bytes int64, flags uint32) ([]byte, error)
 	memFreeHost(ctx uintptr, b []byte) error
 	memHostDevicePointer(ctx uintptr, b []byte) (uintptr, error)
+	memGetAddressRange(ctx, p uintptr) (base uintptr, bytes int64, err error)
+	ipcGetMemHandle(ctx, p uintptr) (IPCHandle, error)
+	ipcOpenMemHandle(ctx uintptr, h IPCHandle) (uintptr, error)
+	ipcCloseMemHandle(ctx, p uintptr) error
 
 	streamCreate(ctx uintptr, flags uint32) (uintptr, error)
 	streamDestroy(ctx, s uintptr) error

@@ -24,12 +24,18 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef int CUjit_option;
+// CUipcMemHandle is cuda.h's interprocess memory handle: 64 opaque bytes.
+typedef struct {
+	char reserved[64];
+} CUipcMemHandle;
 
 enum {
 	COURIER_CU_JIT_ERROR_LOG_BUFFER = 5,
 	COURIER_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
 	COURIER_CUDA_MAX_ARGS = 256,
 	COURIER_CUDA_NOT_SUPPORTED = 801, // CUDA_ERROR_NOT_SUPPORTED
+	COURIER_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1,
+	COURIER_IPC_HANDLE_SIZE = 64,
 };
 
 // courier_cuda is one loaded copy of the driver library: its handle and
@@ -115,5 +121,14 @@ courier_status courier_launch(const courier_cuda *c, uintptr_t ctx, uintptr_t f,
 		unsigned int gx, unsigned int gy, unsigned int gz,
 		unsigned int bx, unsigned int by, unsigned int bz,
 		unsigned int shared, uintptr_t s, uint64_t *slots, int n);
+
+// Interprocess memory (cuIpc*): a handle to an allocation, which another
+// process on this host opens as a mapping of its own (handle: 64 bytes).
+
+courier_status courier_ipc_get_mem_handle(const courier_cuda *c, uintptr_t ctx, uint64_t p, void *handle);
+courier_status courier_ipc_open_mem_handle(const courier_cuda *c, uintptr_t ctx, const void *handle, uint64_t *p);
+courier_status courier_ipc_close_mem_handle(const courier_cuda *c, uintptr_t ctx, uint64_t p);
+// courier_mem_get_address_range: the allocation holding p (its base and size).
+courier_status courier_mem_get_address_range(const courier_cuda *c, uintptr_t ctx, uint64_t p, uint64_t *base, uint64_t *bytes);
 
 #endif

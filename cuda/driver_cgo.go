@@ -173,6 +173,28 @@ func (d *driver) memFree(ctx, p uintptr) error {
 	return d.check(C.courier_mem_free(d.c, C.uintptr_t(ctx), C.uint64_t(p)), "cuMemFree")
 }
 
+func (d *driver) memGetAddressRange(ctx, p uintptr) (uintptr, int64, error) {
+	var base, n C.uint64_t
+	err := d.check(C.courier_mem_get_address_range(d.c, C.uintptr_t(ctx), C.uint64_t(p), &base, &n), "cuMemGetAddressRange")
+	return uintptr(base), int64(n), err
+}
+
+func (d *driver) ipcGetMemHandle(ctx, p uintptr) (IPCHandle, error) {
+	var h IPCHandle
+	err := d.check(C.courier_ipc_get_mem_handle(d.c, C.uintptr_t(ctx), C.uint64_t(p), unsafe.Pointer(&h[0])), "cuIpcGetMemHandle")
+	return h, err
+}
+
+func (d *driver) ipcOpenMemHandle(ctx uintptr, h IPCHandle) (uintptr, error) {
+	var p C.uint64_t
+	err := d.check(C.courier_ipc_open_mem_handle(d.c, C.uintptr_t(ctx), unsafe.Pointer(&h[0]), &p), "cuIpcOpenMemHandle")
+	return uintptr(p), err
+}
+
+func (d *driver) ipcCloseMemHandle(ctx, p uintptr) error {
+	return d.check(C.courier_ipc_close_mem_handle(d.c, C.uintptr_t(ctx), C.uint64_t(p)), "cuIpcCloseMemHandle")
+}
+
 // hostPtr is the address of b's first byte; callers never pass an empty b.
 func hostPtr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 

@@ -62,6 +62,12 @@ func (d *driver) memHostAlloc(ctx uintptr, bytes int64, flags uint32) ([]byte, e
 	return nil, errNoCgo()
 }
 func (d *driver) memFreeHost(ctx uintptr, b []byte) error { return errNoCgo() }
+func (d *driver) memGetAddressRange(ctx, p uintptr) (uintptr, int64, error) {
+	return 0, 0, errNoCgo()
+}
+func (d *driver) ipcGetMemHandle(ctx, p uintptr) (IPCHandle, error)          { return IPCHandle{}, errNoCgo() }
+func (d *driver) ipcOpenMemHandle(ctx uintptr, h IPCHandle) (uintptr, error) { return 0, errNoCgo() }
+func (d *driver) ipcCloseMemHandle(ctx, p uintptr) error                     { return errNoCgo() }
 func (d *driver) memHostDevicePointer(ctx uintptr, b []byte) (uintptr, error) {
 	return 0, errNoCgo()
 }

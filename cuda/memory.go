@@ -88,6 +88,9 @@ func (s Slice[T]) Free() error {
 		return err
 	}
 	bytes := s.n * elemSize[T]()
+	if l.mem.isOpened(s.ptr) {
+		return errInvalid(op, "%#x is another process's memory, opened with OpenIPC: close it with CloseIPC", s.ptr)
+	}
 	if !l.mem.takeDevice(s.ptr, bytes) {
 		return errInvalid(op, "%#x (%d bytes) is not a live allocation: freed twice, or a sub-slice", s.ptr, bytes)
 	}
@@ -427,6 +430,7 @@ func Live() (device, host int) {
 type memTable struct {
 	mu     sync.RWMutex
 	device map[uintptr]int64 // start → bytes
+	opened map[uintptr]int64 // other processes' memory, mapped by OpenIPC: start → bytes
 	host   []span            // sorted by start; never overlapping
 }
 

@@ -17,19 +17,28 @@
 // Build variants (-D): FAKE_INIT_RESULT=n makes cuInit fail with n;
 // FAKE_OMIT_LAUNCH leaves cuLaunchKernel out; FAKE_OMIT_MEMOPS leaves the
 // stream memory operations (cuStreamWriteValue64, cuStreamWaitValue64)
-// out; FAKE_NDEV=n sets the device count (default 2).
+// out; FAKE_NDEV=n sets the device count (default 2); FAKE_OMIT_IPC leaves
+// the interprocess memory handles (cuIpc*) out.
 //
+// Device memory is a memory file (memfd) mapped shared, so that another
+// process may open it through an IPC handle: the handle names the
+// exporting process and the file's descriptor there, which the opener
+// reaches through /proc/<pid>/fd (a process of the same user), and maps.
 // The CUDA types come from the package's driver.h, which the tests copy
 // beside this file before they compile it (by hand, from the repository
 // root: cc -shared -fPIC -Icuda -o libfakecuda.so cuda/testdata/fakecuda.c
 // -lpthread).
 
+#define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "driver.h"
 
@@ -66,6 +75,8 @@ struct alloc {
 	size_t bytes;
 	int dev; // -1 for page-locked host memory
 	int mapped; // page-locked memory allocated with CU_MEMHOSTALLOC_DEVICEMAP
+	int fd;     // device memory: its memory file
+	int opened; // another process's memory, opened with cuIpcOpenMemHandle
 	struct alloc *next;
 };
 
@@ -345,17 +356,22 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
 	CUresult r = need_ctx();
 	if (r != OK) return r;
 	if (bytes == 0) return E_INVALID_VALUE;
-	struct alloc *a = malloc(sizeof *a);
-	void *m = malloc(bytes);
-	if (a == NULL || m == NULL) {
+	struct alloc *a = calloc(1, sizeof *a);
+	int fd = memfd_create("fakecuda", MFD_CLOEXEC);
+	void *m = MAP_FAILED;
+	if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0) {
+		m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	}
+	if (a == NULL || m == MAP_FAILED) {
 		free(a);
-		free(m);
+		if (fd >= 0) close(fd);
 		return 2; // out of memory
 	}
 	LOCK();
 	a->start = (uintptr_t)m;
 	a->bytes = bytes;
 	a->dev = cur()->dev;
+	a->fd = fd;
 	a->next = allocs;
 	allocs = a;
 	*p = (CUdeviceptr)(uintptr_t)m;
@@ -365,9 +381,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
 static CUresult free_alloc(uintptr_t p, int dev) {
 	for (struct alloc **pa = &allocs; *pa != NULL; pa = &(*pa)->next) {
 		struct alloc *a = *pa;
-		if (a->start == p && a->dev == dev) {
+		if (a->start == p && a->dev == dev && !a->opened) {
 			*pa = a->next;
-			free((void *)a->start);
+			munmap((void *)a->start, a->bytes);
+			close(a->fd);
 			free(a);
 			return OK;
 		}
@@ -388,7 +405,7 @@ CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
 	if (r != OK) return r;
 	if (bytes == 0 || flags != 3) return E_INVALID_VALUE; // courier always asks for portable, mapped memory
 	size_t rounded = (bytes + 4095) / 4096 * 4096;
-	struct alloc *a = malloc(sizeof *a);
+	struct alloc *a = calloc(1, sizeof *a);
 	void *m = aligned_alloc(4096, rounded);
 	if (a == NULL || m == NULL) {
 		free(a);
@@ -775,5 +792,88 @@ CUresult cuLaunchKernel(struct function *f, unsigned int gx, unsigned int gy, un
 		RETURN(E_NOT_FOUND);
 	}
 	RETURN(submit(s, o));
+}
+#endif
+
+// cuMemGetAddressRange_v2: the allocation of the current device holding p.
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+	CUresult r = need_ctx();
+	if (r != OK) return r;
+	LOCK();
+	struct alloc *a = find((uintptr_t)p, 1, cur()->dev);
+	if (a == NULL) RETURN(E_NOT_FOUND);
+	if (base != NULL) *base = (CUdeviceptr)a->start;
+	if (size != NULL) *size = a->bytes;
+	RETURN(OK);
+}
+
+#ifndef FAKE_OMIT_IPC
+// The fake's IPC handle: a magic, the exporting process, its memory
+// file's descriptor there, the allocation's size and device.
+struct fake_ipc {
+	char magic[8];
+	int32_t pid, fd;
+	uint64_t bytes;
+	int32_t dev;
+};
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+	CUresult r = need_ctx();
+	if (r != OK) return r;
+	LOCK();
+	struct alloc *a = find((uintptr_t)p, 1, cur()->dev);
+	if (a == NULL || a->start != (uintptr_t)p || a->opened) RETURN(E_INVALID_VALUE);
+	struct fake_ipc f = {{'F', 'A', 'K', 'E', 'I', 'P', 'C', '1'}, (int32_t)getpid(), a->fd, a->bytes, a->dev};
+	memset(h, 0, sizeof *h);
+	memcpy(h, &f, sizeof f);
+	RETURN(OK);
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) {
+	(void)flags;
+	CUresult r = need_ctx();
+	if (r != OK) return r;
+	struct fake_ipc f;
+	memcpy(&f, &h, sizeof f);
+	if (memcmp(f.magic, "FAKEIPC1", 8) != 0 || f.bytes == 0) return E_INVALID_VALUE;
+	if (f.pid == (int32_t)getpid()) return E_INVALID_CONTEXT; // as the driver: not in the exporting process
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)f.pid, (int)f.fd);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) return E_INVALID_HANDLE;
+	void *m = mmap(NULL, (size_t)f.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED) {
+		close(fd);
+		return E_INVALID_HANDLE;
+	}
+	struct alloc *a = calloc(1, sizeof *a);
+	LOCK();
+	a->start = (uintptr_t)m;
+	a->bytes = (size_t)f.bytes;
+	a->dev = cur()->dev;
+	a->fd = fd;
+	a->opened = 1;
+	a->next = allocs;
+	allocs = a;
+	*p = (CUdeviceptr)(uintptr_t)m;
+	RETURN(OK);
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+	CUresult r = need_ctx();
+	if (r != OK) return r;
+	LOCK();
+	flush_dev(-1);
+	for (struct alloc **pa = &allocs; *pa != NULL; pa = &(*pa)->next) {
+		struct alloc *a = *pa;
+		if (a->start == (uintptr_t)p && a->opened) {
+			*pa = a->next;
+			munmap((void *)a->start, a->bytes);
+			close(a->fd);
+			free(a);
+			RETURN(OK);
+		}
+	}
+	RETURN(E_INVALID_VALUE);
 }
 #endif

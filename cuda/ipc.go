@@ -1,0 +1,139 @@
+package cuda
+
+import "math"
+
+// IPCHandle names an allocation of device memory to the other processes
+// of this host (cuIpcGetMemHandle): 64 opaque bytes, which the exporting
+// process sends as they are (over a socket, a file, a courier message) and
+// another process opens with [OpenIPC] as a mapping of its own, on the
+// same GPU or, where peer access allows, another. It holds no secret
+// beyond the right to map that memory: send it only to processes meant to
+// share it.
+type IPCHandle [64]byte
+
+// IPCHandle returns the handle of s, which must be a whole allocation of
+// [Alloc] (not a sub-slice: send its offset beside the handle), for
+// another process to open with [OpenIPC]. The handle stays valid while
+// the allocation lives; freeing it while another process has it open
+// leaves that process's mapping to the driver (the memory is not reused
+// before it is closed there). An empty Slice, a sub-slice or memory
+// opened from another process is an error matching ErrInvalid; a driver
+// without IPC (or a device that does not support it) one matching
+// ErrNotSupported.
+func (s Slice[T]) IPCHandle() (IPCHandle, error) {
+	const op = "Slice.IPCHandle"
+	if s.n == 0 {
+		return IPCHandle{}, errInvalid(op, "an empty Slice has no allocation")
+	}
+	l, ctx, err := ctxFor(s.dev, op)
+	if err != nil {
+		return IPCHandle{}, err
+	}
+	bytes := s.n * elemSize[T]()
+	switch {
+	case l.mem.isOpened(s.ptr):
+		return IPCHandle{}, errInvalid(op, "%#x is another process's memory, opened with OpenIPC: only its owner exports it", s.ptr)
+	case !l.mem.isDevice(s.ptr, bytes):
+		return IPCHandle{}, errInvalid(op, "%#x (%d bytes) is not a whole live allocation (a sub-slice, or freed): export the allocation and send the offset", s.ptr, bytes)
+	}
+	return l.drv.ipcGetMemHandle(ctx, s.ptr)
+}
+
+// OpenIPC maps, on device d of this process, the allocation another
+// process exported as h, and returns its first n elements (cuIpcOpenMemHandle,
+// with peer access enabled lazily when d is not the allocation's device).
+// n must not pass the allocation's size (the driver's record of the
+// mapping says it): more is an error matching ErrInvalid. Opening costs
+// the driver a mapping (of the order of 100 µs): keep the Slice for as
+// long as the memory is used, and close it with [Slice.CloseIPC], never
+// [Slice.Free]. A handle from this same process, or one the driver does
+// not know, is an error; a driver without IPC, one matching
+// ErrNotSupported.
+func OpenIPC[T Elem](d Device, h IPCHandle, n int64) (Slice[T], error) {
+	const op = "OpenIPC"
+	size := elemSize[T]()
+	if n < 0 || n > math.MaxInt64/size {
+		return Slice[T]{}, errInvalid(op, "length %d", n)
+	}
+	l, ctx, err := ctxFor(d, op)
+	if err != nil {
+		return Slice[T]{}, err
+	}
+	p, err := l.drv.ipcOpenMemHandle(ctx, h)
+	if err != nil {
+		return Slice[T]{}, err
+	}
+	mapped := int64(-1) // unknown: a driver without cuMemGetAddressRange
+	if base, bytes, err := l.drv.memGetAddressRange(ctx, p); err == nil && base == p {
+		mapped = bytes
+	}
+	if mapped >= 0 && n*size > mapped {
+		l.drv.ipcCloseMemHandle(ctx, p)
+		return Slice[T]{}, errInvalid(op, "%d elements of %d bytes from an allocation of %d bytes", n, size, mapped)
+	}
+	l.mem.addOpened(p, max(mapped, n*size))
+	return Slice[T]{ptr: p, n: n, dev: d}, nil
+}
+
+// CloseIPC unmaps memory that [OpenIPC] returned (cuIpcCloseMemHandle):
+// the Slice, and every Slice taken from it, must not be used after it;
+// work queued on a [Stream] that uses it must have finished. Closing an
+// empty Slice does nothing; closing anything else that OpenIPC did not
+// return (a sub-slice, memory of this process's own, a Slice closed
+// already) is an error matching ErrInvalid.
+func (s Slice[T]) CloseIPC() error {
+	const op = "Slice.CloseIPC"
+	if s.ptr == 0 && s.n == 0 {
+		return nil
+	}
+	l, ctx, err := ctxFor(s.dev, op)
+	if err != nil {
+		return err
+	}
+	bytes, ok := l.mem.takeOpened(s.ptr)
+	if !ok {
+		return errInvalid(op, "%#x is not memory opened with OpenIPC (this process's own, a sub-slice, or closed already)", s.ptr)
+	}
+	if err := l.drv.ipcCloseMemHandle(ctx, s.ptr); err != nil {
+		l.mem.addOpened(s.ptr, bytes)
+		return err
+	}
+	return nil
+}
+
+// addOpened records a mapping of another process's memory.
+func (m *memTable) addOpened(p uintptr, bytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.opened == nil {
+		m.opened = make(map[uintptr]int64)
+	}
+	m.opened[p] = bytes
+}
+
+// takeOpened removes the mapping at p, and reports its size and whether
+// it was there.
+func (m *memTable) takeOpened(p uintptr) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.opened[p]
+	delete(m.opened, p)
+	return b, ok
+}
+
+// isOpened reports whether p starts a mapping of another process's
+// memory.
+func (m *memTable) isOpened(p uintptr) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.opened[p]
+	return ok
+}
+
+// isDevice reports whether [p, p+bytes) is a whole live allocation.
+func (m *memTable) isDevice(p uintptr, bytes int64) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	b, ok := m.device[p]
+	return ok && b == bytes
+}

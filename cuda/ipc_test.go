@@ -1,0 +1,118 @@
+package cuda
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// ipcChildEnv, set in a child of this test binary, makes TestMain run
+// ipcChild instead of the tests: the other process of TestIPC.
+const ipcChildEnv = "COURIER_TEST_IPC_CHILD"
+
+// ipcWords is the length of TestIPC's allocation, in uint32.
+const ipcWords = 1 << 16
+
+// Memory one process allocates, another maps by its handle: the second
+// reads what the first wrote and writes back what the first then reads,
+// on the real driver (two processes on one GPU) and on the fake one (a
+// memory file the second process maps). The misuses are errors:
+// exporting a sub-slice or an opened mapping, opening more than the
+// allocation holds, freeing an opened mapping, closing this process's
+// own memory, opening a handle in the process that exported it.
+func TestIPC(t *testing.T) {
+	eachDriver(t, 1, func(t *testing.T) {
+		s, err := Alloc[uint32](0, ipcWords)
+		noErr(t, err)
+		defer func() { noErr(t, s.Free()) }()
+		want := make([]uint32, ipcWords)
+		for i := range want {
+			want[i] = uint32(i)*2654435761 + 1
+		}
+		noErr(t, CopyToDevice(s, want))
+		h, err := s.IPCHandle()
+		noErr(t, err)
+
+		sub, err := s.Sub(1, 2)
+		noErr(t, err)
+		_, err = sub.IPCHandle()
+		wantIs(t, err, ErrInvalid)
+		wantIs(t, s.CloseIPC(), ErrInvalid)
+		if o, err := OpenIPC[uint32](0, h, ipcWords); err == nil {
+			o.CloseIPC()
+			t.Fatal("a handle opened in the process that exported it")
+		}
+
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), ipcChildEnv+"="+hex.EncodeToString(h[:]))
+		if fakeActive {
+			cmd.Env = append(cmd.Env, LibraryEnv+"="+buildFake(t))
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "ipc child: ok") {
+			t.Fatalf("the other process: %v\n%s", err, out)
+		}
+
+		got := make([]uint32, ipcWords)
+		noErr(t, CopyToHost(got, s))
+		for i := range got {
+			if got[i] != ^want[i] {
+				t.Fatalf("word %d is %#x after the other process wrote %#x", i, got[i], ^want[i])
+			}
+		}
+	})
+}
+
+// ipcChild is TestIPC's other process: it opens the handle in env, checks
+// the words, writes their complement and closes the mapping. It returns
+// the process's exit code.
+func ipcChild(env string) int {
+	fail := func(format string, args ...any) int {
+		fmt.Printf("ipc child: "+format+"\n", args...)
+		return 1
+	}
+	b, err := hex.DecodeString(env)
+	if err != nil || len(b) != len(IPCHandle{}) {
+		return fail("bad handle %q", env)
+	}
+	var h IPCHandle
+	copy(h[:], b)
+	if _, err := OpenIPC[uint32](0, h, ipcWords+1); err == nil {
+		return fail("opened more than the allocation holds")
+	}
+	s, err := OpenIPC[uint32](0, h, ipcWords)
+	if err != nil {
+		return fail("OpenIPC: %v", err)
+	}
+	if _, err := s.IPCHandle(); err == nil {
+		return fail("exported memory it had opened")
+	}
+	if err := s.Free(); err == nil {
+		return fail("freed memory it had opened")
+	}
+	got := make([]uint32, ipcWords)
+	if err := CopyToHost(got, s); err != nil {
+		return fail("CopyToHost: %v", err)
+	}
+	for i := range got {
+		if want := uint32(i)*2654435761 + 1; got[i] != want {
+			return fail("word %d is %#x, want %#x", i, got[i], want)
+		}
+		got[i] = ^got[i]
+	}
+	if err := CopyToDevice(s, got); err != nil {
+		return fail("CopyToDevice: %v", err)
+	}
+	if err := s.CloseIPC(); err != nil {
+		return fail("CloseIPC: %v", err)
+	}
+	if err := s.CloseIPC(); err == nil {
+		return fail("closed a mapping twice")
+	}
+	fmt.Println("ipc child: ok (" + strconv.Itoa(ipcWords) + " words)")
+	return 0
+}
