@@ -65,6 +65,7 @@ type Comm struct {
 	watchdog    time.Duration // the watchdog's period, zero: off (watchdog.go)
 	waits       waitCounts
 	check       bool
+	guard       bool // COURIER_CHECK=2: send buffers checked for changes (guard.go)
 	job         backend.Job
 	env         func(string) string
 	cores       bool // Init lowered GOMAXPROCS for it (cores.go)
@@ -115,6 +116,7 @@ type config struct {
 	watchdog   time.Duration
 	dogSet     bool
 	check      *bool
+	guard      bool // COURIER_CHECK=2: send buffers checked for changes (guard.go)
 	job        *bootstrap.Job
 	env        func(string) string
 	envSet     bool // WithEnv: the process environment is not read
@@ -260,6 +262,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		timeout:     cfg.timeout,
 		watchdog:    watchdogPeriod(cfg.watchdog, cfg.dogSet, cfg.timeout),
 		check:       *cfg.check,
+		guard:       cfg.guard,
 		job:         bjob,
 		env:         cfg.env,
 		name:        "world",
@@ -311,15 +314,16 @@ func (c *config) fromEnv() error {
 		return err
 	}
 	c.watchdog, c.dogSet = d, set
+	level := strings.TrimSpace(c.env("COURIER_CHECK"))
+	switch level {
+	case "", "0", "false", "off", "no", "1", "true", "on", "yes":
+	case "2":
+		c.guard = true
+	default:
+		return invalidf("COURIER_CHECK=%q: want 1 (envelope checks), 2 (and send buffers checked for changes), or 0", level)
+	}
 	if c.check == nil {
-		on := false
-		switch s := strings.TrimSpace(c.env("COURIER_CHECK")); s {
-		case "", "0", "false", "off", "no":
-		case "1", "true", "on", "yes":
-			on = true
-		default:
-			return invalidf("COURIER_CHECK=%q: want 1 or 0", s)
-		}
+		on := level != "" && level != "0" && level != "false" && level != "off" && level != "no"
 		c.check = &on
 	}
 	return nil

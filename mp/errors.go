@@ -66,6 +66,12 @@ var (
 	// returns. OpError.LostRank names the rank whose loss the member that
 	// began it had seen.
 	ErrRevoked = errs.ErrRevoked
+	// ErrModified: with COURIER_CHECK=2, a send whose buffer the program
+	// changed between Isend and the send's completion (MPI leaves the
+	// result undefined: the peer may get either bytes, or a mix). The
+	// error names the call and the bytes that changed; what was sent is
+	// not known.
+	ErrModified = errs.ErrModified
 )
 
 // OpError is the error of a message call: which operation, on which rank,

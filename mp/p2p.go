@@ -49,8 +49,15 @@ func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
 //
 //go:noinline
 func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
-	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
-	return c.request(opSend, dest, tag, r, err)
+	b, pc := describe(buf), callerPC()
+	var g *bufGuard
+	if c != nil && c.guard {
+		g = newGuard(b, pc)
+	}
+	r, err := c.start(opSend, b, dest, tag, pc)
+	q := c.request(opSend, dest, tag, r, err)
+	q.guard = g
+	return q
 }
 
 // Irecv starts receiving into buf from rank source (or AnySource) with tag

@@ -33,6 +33,7 @@ type Request struct {
 	reported bool // completion returned to the caller
 	st       Status
 	err      error
+	guard    *bufGuard // COURIER_CHECK=2: the send buffer's checksums at post (guard.go)
 }
 
 // fail completes a request that never reached the transport.
@@ -62,6 +63,10 @@ func (q *Request) settle(completed bool, st Status, err error) {
 	if completed && !q.done {
 		q.done = true
 		q.st = st
+		if err == nil && q.guard != nil {
+			err = q.guard.check()
+		}
+		q.guard = nil
 		q.err = q.c.opErr(q.op, q.peer, q.tag, err)
 	}
 	var rel backend.Request

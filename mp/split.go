@@ -237,6 +237,7 @@ func (c *Comm) child(conn backend.Conn, members []int, id uint32, name string) *
 		timeout:     c.timeout,
 		watchdog:    c.watchdog,
 		check:       c.check,
+		guard:       c.guard,
 		job:         c.job,
 		env:         c.env,
 		id:          id,

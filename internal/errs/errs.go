@@ -48,6 +48,10 @@ var (
 	// on it ends, and it is good for nothing but Shrink and Close. An
 	// error matching it matches ErrPeerLost too.
 	ErrRevoked = errors.New("communicator revoked")
+	// ErrModified: a buffer the library owned was changed by the program
+	// before the operation completed (a send buffer modified between Isend
+	// and its completion), as the buffer checks of COURIER_CHECK=2 see.
+	ErrModified = errors.New("buffer modified while the library owned it")
 )
 
 // ErrPeerClosed is wrapped, beside ErrPeerLost, in the error of operations
