@@ -169,7 +169,8 @@ func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
 		return nil, fmt.Errorf("%w: a shared-memory collective started while another is under way (one at a time per communicator)", backend.ErrInvalid)
 	}
 	c.seq++
-	*r = collReq{c: c, co: co, k: c.seq, desc: collDesc(co), busy: true, waitFor: -1}
+	*r = collReq{c: c, co: co, k: c.seq, desc: collDesc(co), busy: true}
+	r.waitFor.Store(-1)
 	c.calls.Add(1)
 	return r, nil
 }
@@ -216,7 +217,7 @@ func (c *Coll) Pending() (backend.OpInfo, bool) {
 	if !r.busy || r.finished {
 		return backend.OpInfo{}, false
 	}
-	return backend.OpInfo{Op: r.co.Kind.String() + " (shared memory)", Peer: r.waitFor, Tag: -1,
+	return backend.OpInfo{Op: r.co.Kind.String() + " (shared memory)", Peer: int(r.waitFor.Load()), Tag: -1,
 		Count: r.co.Send.Count, Type: r.co.Send.Type, Caller: r.co.Caller}, true
 }
 
@@ -228,7 +229,7 @@ type collReq struct {
 	k       uint64 // its number: the value of the sequence words it waits for
 	desc    uint64
 	phase   uint8
-	waitFor int // the rank it waits for (-1: none yet)
+	waitFor atomic.Int32 // the rank it waits for (-1: none yet); read by Pending from any goroutine
 
 	// Under c.infoMu:
 	busy     bool // handed out and not yet released
@@ -333,7 +334,7 @@ func (c *Coll) down(r *collReq) error {
 	if err := c.h.e.Revoked(); err != nil {
 		return err // a member began Shrink: it will not come
 	}
-	if j := r.waitFor; j >= 0 && j < c.size && c.peers[j] != nil {
+	if j := int(r.waitFor.Load()); j >= 0 && j < c.size && c.peers[j] != nil {
 		return c.peers[j].p.Down()
 	}
 	return nil

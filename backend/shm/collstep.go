@@ -59,7 +59,7 @@ func (c *Coll) step(r *collReq, thorough bool) bool {
 			for j := range c.areas {
 				if j != c.rank && c.seen[j]+collSlots <= r.k {
 					if c.seen[j] = c.areas[j].seq.Load(); c.seen[j]+collSlots <= r.k {
-						r.waitFor = j
+						r.waitFor.Store(int32(j))
 						return false
 					}
 				}
@@ -95,7 +95,7 @@ func (c *Coll) step(r *collReq, thorough bool) bool {
 					backend.ErrMismatch, j, sayDesc(r.desc)))
 				return true
 			}
-			r.waitFor = j
+			r.waitFor.Store(int32(j))
 			return false
 		}
 	}

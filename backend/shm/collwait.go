@@ -61,7 +61,7 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 			}
 		}
 		if !deadline.IsZero() && !now.Before(deadline) {
-			return fmt.Errorf("%w after %v (a shared-memory %v waiting for rank %d)", backend.ErrTimeout, timeout, r.co.Kind, r.waitFor)
+			return fmt.Errorf("%w after %v (a shared-memory %v waiting for rank %d)", backend.ErrTimeout, timeout, r.co.Kind, r.waitFor.Load())
 		}
 		if now.Before(spinUntil) {
 			c.h.e.SpinPause(i)

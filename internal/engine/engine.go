@@ -41,6 +41,8 @@ type Engine struct {
 	wg        sync.WaitGroup // the links' goroutines
 
 	asks asks // questions for the other ranks' reports (ask.go)
+
+	spare atomic.Pointer[request] // a released request, for the next one (request.go)
 }
 
 // Options configures New.

@@ -46,20 +46,30 @@ var reqPool = sync.Pool{New: func() any {
 }}
 
 func newRequest(c *Comm, kind reqKind, buf backend.Buffer, peer, tag int, caller uintptr) *request {
-	r := reqPool.Get().(*request)
+	r := c.e.spare.Swap(nil)
+	if r == nil {
+		r = reqPool.Get().(*request)
+	}
 	r.e, r.c, r.kind, r.buf, r.peer, r.tag, r.caller = c.e, c, kind, buf, peer, tag, caller
 	return r
 }
 
-// Release returns the request to the pool; see backend.Request.
+// Release returns the request to the engine's spare slot, or else to the
+// pool; see backend.Request. The slot serves a program that posts one
+// operation after another (a ping-pong's send, then its receive) without
+// the pool's per-P bookkeeping.
 func (r *request) Release() {
 	if !r.isDone() {
 		return // still the engine's: never recycled
 	}
 	r.reset()
+	e := r.e
 	r.e, r.c = nil, nil
 	r.buf = backend.Buffer{}
 	r.id, r.got, r.want, r.src, r.mtag, r.mcount = 0, 0, 0, 0, 0, 0
+	if e != nil && e.spare.CompareAndSwap(nil, r) {
+		return
+	}
 	reqPool.Put(r)
 }
 
