@@ -19,27 +19,14 @@ import (
 // openSealed runs Open for n ranks of the tcp driver, rank r with
 // COURIER_ENCRYPT=seal[r].
 func openSealed(ctx context.Context, seal []string) ([]backend.Conn, []error) {
-	n := len(seal)
-	h := newHub(n, nil)
-	conns := make([]backend.Conn, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			conns[r], errs[r] = Driver{}.Open(ctx, backend.Config{
-				Job:      backend.Job{Rank: r, Size: n, Key: "a secret of the job", Addr: "127.0.0.1:1"},
-				Exchange: h.exchange(r),
-				Env: func(k string) string {
-					if k == SealEnv {
-						return seal[r]
-					}
-					return ""
-				},
-			})
-		})
-	}
-	wg.Wait()
-	return conns, errs
+	return openAllEnv(ctx, len(seal), "a secret of the job", newHub(len(seal), nil), func(r int) func(string) string {
+		return func(k string) string {
+			if k == SealEnv {
+				return seal[r]
+			}
+			return ""
+		}
+	})
 }
 
 // A job with sealed links: small messages go round the ring, and a large

@@ -69,15 +69,24 @@ func (hubRank) Close() error { return nil }
 
 // openAll runs Open for n ranks of the tcp driver over h, at once.
 func openAll(ctx context.Context, n int, key string, h *hub) ([]backend.Conn, []error) {
+	return openAllEnv(ctx, n, key, h, nil)
+}
+
+// openAllEnv is openAll with rank r's environment env(r) (nil: empty).
+func openAllEnv(ctx context.Context, n int, key string, h *hub, env func(r int) func(string) string) ([]backend.Conn, []error) {
 	conns := make([]backend.Conn, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
+			getenv := func(string) string { return "" }
+			if env != nil {
+				getenv = env(r)
+			}
 			conns[r], errs[r] = Driver{}.Open(ctx, backend.Config{
 				Job:      backend.Job{Rank: r, Size: n, Key: key, Addr: "127.0.0.1:1"},
 				Exchange: h.exchange(r),
-				Env:      func(string) string { return "" },
+				Env:      getenv,
 			})
 		})
 	}
