@@ -116,7 +116,8 @@ type config struct {
 	watchdog   time.Duration
 	dogSet     bool
 	check      *bool
-	guard      bool // COURIER_CHECK=2: send buffers checked for changes (guard.go)
+	guard      bool  // COURIER_CHECK=2: send buffers checked for changes (guard.go)
+	guardOpt   *bool // WithSendBufferCheck
 	job        *bootstrap.Job
 	env        func(string) string
 	envSet     bool // WithEnv: the process environment is not read
@@ -136,6 +137,14 @@ func WithTimeout(d time.Duration) Option {
 
 // WithCheck turns envelope checks on or off, overriding COURIER_CHECK.
 func WithCheck(on bool) Option { return func(c *config) { c.check = &on } }
+
+// WithSendBufferCheck turns the send-buffer check on or off, overriding
+// COURIER_CHECK=2's: every Isend's host buffer is checksummed at the call
+// and at the send's completion, and a buffer the program changed
+// meanwhile fails the send with an error matching ErrModified. It costs
+// two passes over every byte sent (docs/benchmarks.md): a setting for
+// finding the mistake.
+func WithSendBufferCheck(on bool) Option { return func(c *config) { c.guardOpt = &on } }
 
 // WithJob gives the launch explicitly (rank, size, rendezvous address)
 // instead of reading it from the launcher's environment. The in-process test
@@ -325,6 +334,9 @@ func (c *config) fromEnv() error {
 	if c.check == nil {
 		on := level != "" && level != "0" && level != "false" && level != "off" && level != "no"
 		c.check = &on
+	}
+	if c.guardOpt != nil {
+		c.guard = *c.guardOpt
 	}
 	return nil
 }
