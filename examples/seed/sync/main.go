@@ -1,24 +1,25 @@
 // Command sync is the NCCL guide's first example (section 4.3) written
 // with courier: rank 0 sends a buffer of floats to rank 1, which prints
 // a checksum of what it got beside the one rank 0 sent, in the forms the
-// guide sets side by side:
+// guide sets side by side. Blocking: mp.Send and mp.Recv return when the
+// buffer may be reused (the guide's ncclSend + cudaStreamSynchronize, in
+// one call). Non-blocking: mp.Isend and mp.Irecv return at once, and Wait
+// is when the buffer is the program's again. Stream-ordered (GPU memory
+// only): mp.IsendOnStream and mp.IrecvOnStream queue the message on a
+// CUDA stream, after the stream's earlier work and before its later work,
+// without a CPU wait; the copy back to the host is queued behind the
+// receive on the same stream, and one Synchronize is the only time the
+// CPU waits (forget it, and the CPU reads the buffer before the data is
+// there: the guide's pitfall).
 //
-//   - blocking: mp.Send and mp.Recv return when the buffer may be reused
-//     (the guide's ncclSend + cudaStreamSynchronize, in one call);
-//   - non-blocking: mp.Isend and mp.Irecv return at once, and Wait is when
-//     the buffer is the program's again;
-//   - stream-ordered (GPU memory only): mp.IsendOnStream and
-//     mp.IrecvOnStream queue the message on a CUDA stream, after the
-//     stream's earlier work and before its later work, without a CPU wait;
-//     the copy back to the host is queued behind the receive on the same
-//     stream, and one Synchronize is the only time the CPU waits (forget
-//     it, and the CPU reads the buffer before the data is there: the
-//     guide's pitfall).
+// Run it with:
 //
 //	go run ./cmd/courier run -np 2 ./examples/seed/sync
-//	go run ./cmd/courier run -np 2 ./examples/seed/sync -device   # GPU memory (nccl backend on a GPU machine)
+//	go run ./cmd/courier run -np 2 ./examples/seed/sync -device
 //
-// Without a GPU, -device says so and exits 0.
+// -device sends GPU memory (on a GPU machine; the nccl backend needs a GPU
+// per rank, the host and tcp backends stage through the host). Without a
+// GPU, -device says so and exits 0.
 package main
 
 import (
