@@ -2,6 +2,7 @@ package mp_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -89,13 +90,13 @@ func TestTimeoutAsksTheJob(t *testing.T) {
 				t.Parallel()
 				errs := make([]error, 2)
 				stop := make(chan struct{})
-				opts := []mptest.Option{mptest.WithBackend(backend), mptest.WithInitOptions(mp.WithTimeout(1500 * time.Millisecond))}
+				opts := []mptest.Option{mptest.WithBackend(backend), mptest.WithInitOptions(mp.WithTimeout(400 * time.Millisecond))}
 				mptest.Run(t, 2, func(t *testing.T, comm *mp.Comm) {
 					r := comm.Rank()
 					if r == 1 {
 						// Rank 0's wait passes its timeout first, while
 						// rank 1 still waits.
-						time.Sleep(500 * time.Millisecond)
+						time.Sleep(150 * time.Millisecond)
 					}
 					errs[r] = c.rank[r](comm, stop)
 					if r == 0 {
@@ -132,21 +133,24 @@ func TestTimeoutTogetherAsksEachOther(t *testing.T) {
 	t.Parallel()
 	big := make([]float64, 1<<17)
 	for round := range 3 {
-		errs := make([]error, 3)
-		mptest.Run(t, 3, func(t *testing.T, comm *mp.Comm) {
-			r := comm.Rank()
-			errs[r] = mp.Send(comm, big, (r+1)%3, round)
-		}, mptest.WithBackend("tcp"), mptest.WithInitOptions(mp.WithTimeout(time.Second)))
-		whole := 0
-		for _, err := range errs {
-			if errors.Is(err, mp.ErrTimeout) &&
-				strings.Contains(err.Error(), "wait-for graph: 0→1, 1→2, 2→0") &&
-				strings.Contains(err.Error(), "head-to-head blocking sends") {
-				whole++
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			t.Parallel()
+			errs := make([]error, 3)
+			mptest.Run(t, 3, func(t *testing.T, comm *mp.Comm) {
+				r := comm.Rank()
+				errs[r] = mp.Send(comm, big, (r+1)%3, round)
+			}, mptest.WithBackend("tcp"), mptest.WithInitOptions(mp.WithTimeout(300*time.Millisecond)))
+			whole := 0
+			for _, err := range errs {
+				if errors.Is(err, mp.ErrTimeout) &&
+					strings.Contains(err.Error(), "wait-for graph: 0→1, 1→2, 2→0") &&
+					strings.Contains(err.Error(), "head-to-head blocking sends") {
+					whole++
+				}
 			}
-		}
-		if whole == 0 {
-			t.Errorf("round %d: no rank's error has the whole cycle: %v", round, errs)
-		}
+			if whole == 0 {
+				t.Errorf("no rank's error has the whole cycle: %v", errs)
+			}
+		})
 	}
 }

@@ -62,7 +62,7 @@ func TestSealedLinks(t *testing.T) {
 // that names the setting, not taken for another job.
 func TestSealMismatchRefused(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	conns, errs := openSealed(ctx, []string{"1", "0"})
 	defer closeConns(conns)

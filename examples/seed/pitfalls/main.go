@@ -27,6 +27,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -36,7 +37,9 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	timeout := flag.Duration("timeout", 2*time.Second, "the deadlock's communicator's timeout (mp.WithTimeout)")
+	flag.Parse()
+	if err := run(*timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "pitfalls:", err)
 		os.Exit(1)
 	}
@@ -73,7 +76,7 @@ func firstLine(err error) string {
 	return s
 }
 
-func run() error {
+func run(timeout time.Duration) error {
 	ctx := context.Background()
 	c, err := mp.Init(ctx)
 	if err != nil {
@@ -103,11 +106,11 @@ func run() error {
 		return err
 	}
 
-	c, err = mp.Init(ctx, mp.WithTimeout(2*time.Second))
+	c, err = mp.Init(ctx, mp.WithTimeout(timeout))
 	if err != nil {
 		return err
 	}
-	err = deadlock(c)
+	err = deadlock(c, timeout)
 	c.Close() // aborted by the timeout: its error is the deadlock's
 	return err
 }
@@ -246,10 +249,10 @@ func checked(c *mp.Comm) error {
 // deadlock makes two ranks send large messages to each other before either
 // receives: each send waits for a receive that never comes, until the
 // communicator's timeout.
-func deadlock(c *mp.Comm) error {
+func deadlock(c *mp.Comm, timeout time.Duration) error {
 	big := make([]float64, 1<<20)
 	if c.Rank() == 1 {
-		time.Sleep(500 * time.Millisecond) // rank 0's wait passes its timeout first
+		time.Sleep(timeout / 4) // rank 0's wait passes its timeout first
 	}
 	err := mp.Send(c, big, 1-c.Rank(), 9)
 	if c.Rank() == 1 {

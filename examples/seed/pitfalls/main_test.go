@@ -50,7 +50,7 @@ func TestPitfallsUnderCourierRun(t *testing.T) {
 	for _, backend := range []string{"host", "tcp"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(courier, "run", "-np", "2", "--", os.Args[0])
+			cmd := exec.Command(courier, "run", "-np", "2", "--", os.Args[0], "-timeout", "600ms")
 			cmd.Env = append(os.Environ(), asRank+"=1", "COURIER_BACKEND="+backend)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
@@ -77,7 +77,7 @@ func TestPitfallsByHand(t *testing.T) {
 	outs := make([]*bytes.Buffer, 2)
 	cmds := make([]*exec.Cmd, 2)
 	for r := range 2 {
-		cmd := exec.Command(os.Args[0])
+		cmd := exec.Command(os.Args[0], "-timeout", "600ms")
 		cmd.Env = append(os.Environ(), asRank+"=1", "COURIER_RANK="+strconv.Itoa(r), "COURIER_SIZE=2", "COURIER_ADDR="+addr)
 		outs[r] = new(bytes.Buffer)
 		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
