@@ -29,8 +29,12 @@ import (
 // On the GPU machine: COURIER_REQUIRE_GPU=2 ./cuda.test -test.v (see
 // scripts/gpu-build.sh).
 
+// childEnv marks a child process of this test binary: "1" for
+// TestInitEnvChild, "ipc:" and a handle for TestIPC's other process.
+const childEnv = "COURIER_CUDA_TEST_CHILD"
+
 func TestMain(m *testing.M) {
-	if h := os.Getenv(ipcChildEnv); h != "" {
+	if h, ok := strings.CutPrefix(os.Getenv(childEnv), ipcChildPrefix); ok {
 		os.Exit(ipcChild(h)) // TestIPC's other process
 	}
 	code := m.Run()
@@ -157,12 +161,12 @@ func TestLoadNotALibrary(t *testing.T) {
 // COURIER_CUDA_LIBRARY naming a missing file, so Init's process-wide cache
 // starts empty there.
 func TestInitFromEnvMissingLibrary(t *testing.T) {
-	if os.Getenv("COURIER_CUDA_TEST_CHILD") == "1" {
+	if os.Getenv(childEnv) == "1" {
 		t.Skip("already in the child")
 	}
 	path := filepath.Join(t.TempDir(), "missing", "libcuda.so.1")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestInitEnvChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "COURIER_CUDA_TEST_CHILD=1", LibraryEnv+"="+path)
+	cmd.Env = append(os.Environ(), childEnv+"=1", LibraryEnv+"="+path)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestInitEnvChild") {
 		t.Fatalf("child: %v\n%s", err, out)
@@ -171,7 +175,7 @@ func TestInitFromEnvMissingLibrary(t *testing.T) {
 
 // TestInitEnvChild is the child of TestInitFromEnvMissingLibrary.
 func TestInitEnvChild(t *testing.T) {
-	if os.Getenv("COURIER_CUDA_TEST_CHILD") != "1" {
+	if os.Getenv(childEnv) != "1" {
 		t.Skip("runs only as the child of TestInitFromEnvMissingLibrary")
 	}
 	path := os.Getenv(LibraryEnv)

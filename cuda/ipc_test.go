@@ -10,9 +10,10 @@ import (
 	"testing"
 )
 
-// ipcChildEnv, set in a child of this test binary, makes TestMain run
-// ipcChild instead of the tests: the other process of TestIPC.
-const ipcChildEnv = "COURIER_TEST_IPC_CHILD"
+// ipcChildPrefix is the value prefix of COURIER_CUDA_TEST_CHILD (the package's
+// child-process variable) that makes TestMain run ipcChild instead of the
+// tests, with the handle after it: the other process of TestIPC.
+const ipcChildPrefix = "ipc:"
 
 // ipcWords is the length of TestIPC's allocation, in uint32.
 const ipcWords = 1 << 16
@@ -48,7 +49,7 @@ func TestIPC(t *testing.T) {
 		}
 
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), ipcChildEnv+"="+hex.EncodeToString(h[:]))
+		cmd.Env = append(os.Environ(), childEnv+"="+ipcChildPrefix+hex.EncodeToString(h[:]))
 		if fakeActive {
 			cmd.Env = append(cmd.Env, LibraryEnv+"="+buildFake(t))
 		}

@@ -323,16 +323,17 @@ func (c *config) fromEnv() error {
 		return err
 	}
 	c.watchdog, c.dogSet = d, set
-	level := strings.TrimSpace(c.env("COURIER_CHECK"))
-	switch level {
-	case "", "0", "false", "off", "no", "1", "true", "on", "yes":
+	on := false
+	switch level := strings.TrimSpace(c.env("COURIER_CHECK")); level {
+	case "", "0", "false", "off", "no":
+	case "1", "true", "on", "yes":
+		on = true
 	case "2":
-		c.guard = true
+		on, c.guard = true, true
 	default:
 		return invalidf("COURIER_CHECK=%q: want 1 (envelope checks), 2 (and send buffers checked for changes), or 0", level)
 	}
 	if c.check == nil {
-		on := level != "" && level != "0" && level != "false" && level != "off" && level != "no"
 		c.check = &on
 	}
 	if c.guardOpt != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -132,8 +133,7 @@ func serveControl(conn net.Conn, r *bufio.Reader, done, ack chan struct{}) {
 		default:
 			continue
 		}
-		text, waits := processReport(), processWaits()
-		if _, err := fmt.Fprintf(conn, "report %d\n%swaits %d\n%s", len(text), text, len(waits), waits); err != nil {
+		if _, err := conn.Write(encodeAnswer(processReport(), processWaits(), math.MaxInt)); err != nil {
 			conn.Close()
 			return
 		}

@@ -86,7 +86,8 @@ func (c *Comm) world() *Comm {
 }
 
 // encodeAnswer writes an answer, "report N\n" and N bytes of text, then
-// "waits M\n" and M bytes of lines, in at most max bytes: the waits are
+// "waits M\n" and M bytes of lines (the form courier run is answered in
+// too, control.go), in at most max bytes: the waits are
 // kept whole where they fit in half of max (the graph is drawn from
 // them), and the text is cut at a line, with a line that says so.
 func encodeAnswer(text, waits string, max int) []byte {
