@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,20 +12,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/courier-mp/courier/internal/leakcheck"
+	"github.com/courier-mp/courier/internal/exampletest"
 )
 
 // asRank in the environment makes the test binary the jacobi program, as
 // each rank of a job that courier run starts.
 const asRank = "JACOBI_TEST_AS_RANK"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(asRank) == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(leakcheck.Check(m.Run()))
-}
+func TestMain(m *testing.M) { exampletest.Main(m, asRank, main) }
 
 // The small problem the test runs: 7 does not divide 30, so the blocks
 // differ in size on 4 and 6 ranks.
@@ -37,9 +30,7 @@ const testN, testIters, testEvery = 30, 70, 7
 // that rank 0 prints the same residuals, to the last bit, as a plain
 // serial Jacobi solver written here, and that they fall.
 func TestResidualsSameOnAnyRanks(t *testing.T) {
-	courier := filepath.Join(t.TempDir(), "courier")
-	out, err := exec.Command("go", "build", "-o", courier, "github.com/courier-mp/courier/cmd/courier").CombinedOutput()
-	require.NoError(t, err, "go build cmd/courier: %s", out)
+	courier := exampletest.Courier(t)
 
 	want := serialResiduals(testN, testIters, testEvery)
 	require.Len(t, want, testIters/testEvery)

@@ -77,6 +77,7 @@ var allowed = map[string][]string{
 	"internal/campaign":             {"internal/conformance/proctest", "mp"}, // the kill campaign
 	"internal/faultproxy":           {"internal/engine"},                     // a relay for tests that alters courier's frames
 	"internal/leakcheck":            {"cuda"},                                // WarmCUDA: the driver's descriptors go into the baseline
+	"internal/exampletest":          {"internal/leakcheck"},                  // the examples' tests: the binary as a rank, courier run built once
 	"internal/testscope":            nil,
 	"internal/layering":             nil,
 }
@@ -101,7 +102,7 @@ var testOnly = map[string][]string{
 	"internal/bench":                {"internal/leakcheck", "internal/ranktest"}, // its ping-pong on a job of two ranks
 	"internal/conformance/proctest": {"internal/testscope"},
 	"internal/conformance/inproc":   {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp"},
-	"examples/...":                  {"internal/leakcheck"},
+	"examples/...":                  {"internal/exampletest"},
 	"internal/faultproxy":           {"internal/leakcheck"},
 	"internal/campaign":             {"internal/leakcheck", "mp/mptest"},
 	"cmd/courier":                   {"internal/leakcheck"}, // what a killed job leaves (LeftByJob)

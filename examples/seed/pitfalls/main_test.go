@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,19 +12,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/courier-mp/courier/internal/leakcheck"
+	"github.com/courier-mp/courier/internal/exampletest"
 )
 
 // asRank in the environment makes the test binary the pitfalls program.
 const asRank = "PITFALLS_TEST_AS_RANK"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(asRank) == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(leakcheck.Check(m.Run()))
-}
+func TestMain(m *testing.M) { exampletest.Main(m, asRank, main) }
 
 // What rank 0 must print: courier's answer to each mistake.
 var answers = []string{
@@ -44,9 +37,7 @@ var answers = []string{
 // answer, and courier run's report of the deadlock's cycle.
 func TestPitfallsUnderCourierRun(t *testing.T) {
 	t.Parallel()
-	courier := filepath.Join(t.TempDir(), "courier")
-	out, err := exec.Command("go", "build", "-o", courier, "github.com/courier-mp/courier/cmd/courier").CombinedOutput()
-	require.NoError(t, err, "go build cmd/courier: %s", out)
+	courier := exampletest.Courier(t)
 	for _, backend := range []string{"host", "tcp"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()

@@ -3,35 +3,26 @@ package main
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/courier-mp/courier/internal/leakcheck"
+	"github.com/courier-mp/courier/internal/exampletest"
 )
 
 // asRank in the environment makes the test binary the sync program.
 const asRank = "SYNC_TEST_AS_RANK"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(asRank) == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(leakcheck.Check(m.Run()))
-}
+func TestMain(m *testing.M) { exampletest.Main(m, asRank, main) }
 
 // The program under courier run on the host backend and on TCP: rank 1
 // prints a matching checksum for each form; with -device, the GPU forms
 // too where there is a GPU, else a line that says they were skipped.
 func TestSyncUnderCourierRun(t *testing.T) {
 	t.Parallel()
-	courier := filepath.Join(t.TempDir(), "courier")
-	out, err := exec.Command("go", "build", "-o", courier, "github.com/courier-mp/courier/cmd/courier").CombinedOutput()
-	require.NoError(t, err, "go build cmd/courier: %s", out)
+	courier := exampletest.Courier(t)
 	for _, c := range []struct{ backend, flag string }{{"host", ""}, {"tcp", ""}, {"tcp", "-device"}} {
 		t.Run(c.backend+c.flag, func(t *testing.T) {
 			t.Parallel()
