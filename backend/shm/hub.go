@@ -27,8 +27,7 @@ type Hub struct {
 	bell     shmem.Bell
 	links    []*link
 	coll     *Coll // nil unless every rank of the job is on this host
-	spinners atomic.Int32
-	disarmed atomic.Bool  // a spinner disarmed the bell the progress goroutine sleeps on
+	spin     atomic.Uint64 // waiters polling now (low 32 bits), and SpinStarts ever (high 32)
 	live     atomic.Int32 // links not yet killed
 	stop     chan struct{}
 	kick     chan struct{} // capacity 1: ends the progress goroutine's tick (SpinEnd)
@@ -86,45 +85,49 @@ func (h *Hub) Spin() bool {
 
 // SpinStart implements engine.Poller: the spinner counts itself a user of
 // the rings until SpinEnd, so its polls take no count of their own.
+//
+// The first spinner of a rank that was idle finds the bell armed, with the
+// progress goroutine asleep on it: it rings the bell itself (one system
+// call), so the progress goroutine wakes, sees the spinner and goes back to
+// looking every progressTick with the bell disarmed. Senders then make no
+// system call, and the bell's word, which they read on every message, is
+// not written again while the rank keeps polling.
 func (h *Hub) SpinStart() bool {
 	if !h.enter() {
 		return false
 	}
-	if h.spinners.Add(1) == 1 && h.bell.Armed() {
-		h.bell.Disarm()
-		h.disarmed.Store(true)
+	if uint32(h.spin.Add(spinOne)) == 1 && h.bell.Armed() {
+		h.bell.Ring()
 	}
 	return true
 }
 
-// SpinEnd implements engine.Poller: the progress goroutine takes arrivals
-// again. If a spinner disarmed the bell under it (it sleeps on the bell),
-// the bell is armed again, and what came after the last poll and before
-// that is taken here; otherwise the progress goroutine, which looks every
-// progressTick while waiters spin, arms it itself: at once when the
-// spinner parks (its request's arrival must ring the bell), else at its
-// next look. So a ping-pong, whose waiter spins from one message to the
-// next, never writes the bell's word, which the sender reads on every
-// message.
+// spinOne counts one SpinStart: one more spinner and one more start.
+const spinOne = 1<<32 | 1
+
+// SpinEnd implements engine.Poller. A spinner that parks (its request is
+// not done) kicks the progress goroutine, which then arms the bell at once,
+// so the arrival the parked waiter needs rings it. One that ends with its
+// request done leaves the bell as it is: the progress goroutine arms it
+// only after a whole progressTick in which no waiter polled (see
+// progress), so a ping-pong, whose waiters poll from one message to the
+// next with short gaps between, never arms it and never writes its word.
 func (h *Hub) SpinEnd(parking bool) {
-	if h.spinners.Add(-1) == 0 {
-		if h.disarmed.Load() && h.disarmed.Swap(false) {
-			h.bell.Arm()
-			h.Spin()
-		} else if parking {
-			select {
-			case h.kick <- struct{}{}:
-			default:
-			}
+	if uint32(h.spin.Add(^uint64(0))) == 0 && parking {
+		select {
+		case h.kick <- struct{}{}:
+		default:
 		}
 	}
 	h.exit()
 }
 
 // progress takes arrivals when no waiter does: it polls while there is
-// work, and sleeps on the bell when there is none.
+// work, looks every progressTick while waiters poll or did since its last
+// look, and otherwise arms the bell and sleeps on it.
 func (h *Hub) progress() {
 	var tick *time.Timer
+	var seen uint64 // h.spin at the last look
 	for {
 		select {
 		case <-h.stop:
@@ -135,25 +138,38 @@ func (h *Hub) progress() {
 		if h.Poll() {
 			continue
 		}
-		if h.spinners.Load() > 0 {
-			// A waiter polls; look again later (or when it parks)
-			// without asking senders to wake this goroutine.
+		if s := h.spin.Load(); uint32(s) > 0 || s != seen {
+			// A waiter polls, or did since the last look: look again
+			// later (or when a waiter parks) without asking senders to
+			// wake this goroutine.
+			seen = s
 			if tick == nil {
 				tick = time.NewTimer(progressTick)
 			} else {
 				tick.Reset(progressTick)
 			}
+			kicked := false
 			select {
 			case <-tick.C:
 			case <-h.kick:
 				tick.Stop()
+				kicked = true
 			case <-h.stop:
 				tick.Stop()
 			}
-			continue
+			if !kicked {
+				continue
+			}
+			// A waiter parked: arm the bell now (if another waiter
+			// still polls, its own SpinStart-to-SpinEnd covers it).
+			if uint32(h.spin.Load()) > 0 {
+				continue
+			}
 		}
 		v := h.bell.Arm()
-		if h.Poll() {
+		seen = h.spin.Load()
+		if h.Poll() || uint32(seen) > 0 {
+			h.bell.Disarm()
 			continue
 		}
 		h.bell.Sleep(v, idleSleep)

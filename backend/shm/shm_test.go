@@ -282,6 +282,28 @@ func TestCloseTellsPeer(t *testing.T) {
 	r.Release()
 }
 
+// round is one blocking round trip with peer: a send then a receive
+// (first), or a receive then a send.
+func round(c *engine.Engine, buf []byte, peer int, first bool) error {
+	for k := range 2 {
+		var r backend.Request
+		var err error
+		if (k == 0) == first {
+			r, err = c.Isend(bytesOf(buf), peer, 0, 0)
+		} else {
+			r, err = c.Irecv(bytesOf(buf), peer, 0, 0)
+		}
+		if err == nil {
+			_, err = r.Wait(10 * time.Second)
+			r.Release()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // BenchmarkPingPong is a blocking round trip between two in-process ranks
 // over shared memory; ns/op is one round trip.
 func BenchmarkPingPong(b *testing.B) {
@@ -292,25 +314,6 @@ func BenchmarkPingPong(b *testing.B) {
 			b.SetBytes(int64(2 * n))
 			b.ReportAllocs()
 			done := make(chan error, 1)
-			round := func(c *engine.Engine, buf []byte, peer int, first bool) error {
-				for k := range 2 {
-					var r backend.Request
-					var err error
-					if (k == 0) == first {
-						r, err = c.Isend(bytesOf(buf), peer, 0, 0)
-					} else {
-						r, err = c.Irecv(bytesOf(buf), peer, 0, 0)
-					}
-					if err == nil {
-						_, err = r.Wait(10 * time.Second)
-						r.Release()
-					}
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			}
 			b.ResetTimer()
 			go func() {
 				for range b.N {
@@ -365,6 +368,55 @@ func BenchmarkPath(b *testing.B) {
 			b.Fatal(err)
 		}
 		rr.Release()
+	}
+}
+
+// TestWaitsLeaveBellDisarmed: a rank that polls in one wait after
+// another is not woken through its bell by a message that lands between
+// two waits: the bell stays disarmed while the rank keeps polling (a ring
+// is a system call on the sender and a thread woken on the receiver).
+// Before, the first wait to find the bell armed (the progress goroutine
+// asleep on it) left it armed again at its end, and so did every wait
+// after it: each message that came between two waits rang it, which
+// across processes was thousands of system calls a second.
+func TestWaitsLeaveBellDisarmed(t *testing.T) {
+	e, h := pair(t)
+	for start := time.Now(); !h[1].bell.Armed(); time.Sleep(time.Millisecond) {
+		require.Less(t, time.Since(start), 5*time.Second, "rank 1's progress goroutine never slept on its bell")
+	}
+	const n = 100
+	buf := make([]byte, 8)
+	work := func(d time.Duration) {
+		for start := time.Now(); time.Since(start) < d; {
+		}
+	}
+	before := h[1].bell.Rings()
+	for range n {
+		// A wait of rank 1 that found its result, as a ping-pong's do…
+		require.True(t, h[1].SpinStart())
+		h[1].Spin()
+		h[1].SpinEnd(false)
+		// …then a message that lands before its next wait, with time
+		// for the progress goroutine to run in between (not a sleep,
+		// which here lasts a millisecond or more).
+		work(50 * time.Microsecond)
+		r, err := e[0].Isend(bytesOf(buf), 1, 1, 0)
+		require.NoError(t, err)
+		_, err = r.Wait(time.Second)
+		require.NoError(t, err)
+		r.Release()
+		work(50 * time.Microsecond)
+	}
+	// The first wait rings once, to wake the progress goroutine from its
+	// bell; a pause of the test of a whole progressTick lets it arm the
+	// bell again (a ring or two each).
+	assert.LessOrEqual(t, h[1].bell.Rings()-before, uint32(n/5), "rank 1's bell was rung for the messages between its waits")
+	for range n {
+		r, err := e[1].Irecv(bytesOf(buf), 0, 1, 0)
+		require.NoError(t, err)
+		_, err = r.Wait(time.Second)
+		require.NoError(t, err)
+		r.Release()
 	}
 }
 

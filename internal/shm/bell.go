@@ -69,6 +69,11 @@ func (b Bell) Arm() uint32 {
 // every producer reads, while no one sleeps.
 func (b Bell) Armed() bool { return atomic.LoadUint32(b.w)&bellArmed != 0 }
 
+// Rings counts the rings that found the bell armed (each one a wake-up
+// system call), modulo 2^31: a test or a report can tell how often
+// producers woke the consumer.
+func (b Bell) Rings() uint32 { return atomic.LoadUint32(b.w) & bellSeq }
+
 // Disarm clears the armed bit, when the consumer found work after Arm (or
 // goes back to spinning): producers then stop making system calls.
 func (b Bell) Disarm() {
