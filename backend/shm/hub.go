@@ -20,18 +20,18 @@ import (
 // bell is disarmed, so senders make no system call and the progress
 // goroutine is not woken per message.
 type Hub struct {
-	copy     Copy       // Options.Copy
-	fill     shmem.Fill // Options.Fill
-	e        *engine.Engine
-	inbox    *shmem.Segment
-	bell     shmem.Bell
-	links    []*link
-	coll     *Coll // nil unless every rank of the job is on this host
-	spin     atomic.Uint64 // waiters polling now (low 32 bits), and SpinStarts ever (high 32)
-	live     atomic.Int32 // links not yet killed
-	stop     chan struct{}
-	kick     chan struct{} // capacity 1: ends the progress goroutine's tick (SpinEnd)
-	endOnce  sync.Once
+	copy    Copy       // Options.Copy
+	fill    shmem.Fill // Options.Fill
+	e       *engine.Engine
+	inbox   *shmem.Segment
+	bell    shmem.Bell
+	links   []*link
+	coll    *Coll         // nil unless every rank of the job is on this host
+	spin    atomic.Uint64 // waiters polling now (low 32 bits), and SpinStarts ever (high 32)
+	live    atomic.Int32  // links not yet killed
+	stop    chan struct{}
+	kick    chan struct{} // capacity 1: ends the progress goroutine's tick (SpinEnd)
+	endOnce sync.Once
 
 	// Ring memory is unmapped only when nothing can touch it: every user
 	// of it counts itself in active, and after closed is set nobody new
