@@ -101,6 +101,83 @@ func (s Slice[T]) CloseIPC() error {
 	return nil
 }
 
+// IPCRegion says where device memory lies for another process to map it:
+// the handle of the allocation that holds it, the memory's offset in that
+// allocation, the allocation's size, and ID, a number this process gives
+// the allocation when [Alloc] makes it and never gives another, even one
+// at the same address after a Free. A process that caches the mappings it
+// opens keys them by (exporter, ID): a mapping of a freed allocation is
+// then never used for the one that took its place.
+type IPCRegion struct {
+	Handle IPCHandle
+	Offset int64
+	Size   int64
+	ID     uint64
+}
+
+// ExportIPC returns the region of the n bytes of device memory at p on d,
+// for another process to open with [OpenIPC] (the whole allocation,
+// Size bytes) and read or write at Offset. The n bytes must lie in one
+// live allocation of [Alloc] on d; anything else (memory this package did
+// not allocate, freed memory, a span that crosses an allocation's end,
+// another process's memory) is an error matching ErrInvalid. The handle
+// is asked of the driver once per allocation and kept until it is freed.
+func ExportIPC(d Device, p uintptr, n int64) (IPCRegion, error) {
+	const op = "ExportIPC"
+	if n < 0 {
+		return IPCRegion{}, errInvalid(op, "negative length %d", n)
+	}
+	l, ctx, err := ctxFor(d, op)
+	if err != nil {
+		return IPCRegion{}, err
+	}
+	base, size, err := l.drv.memGetAddressRange(ctx, p)
+	if err != nil {
+		return IPCRegion{}, err
+	}
+	id, h, known := l.mem.exported(base, size)
+	switch {
+	case l.mem.isOpened(base):
+		return IPCRegion{}, errInvalid(op, "%#x is another process's memory, opened with OpenIPC: only its owner exports it", p)
+	case id == 0:
+		return IPCRegion{}, errInvalid(op, "%#x is not in a live allocation of Alloc on %v", p, d)
+	case int64(p-base)+n > size:
+		return IPCRegion{}, errInvalid(op, "%d bytes at %#x pass the end of their allocation (%d bytes at %#x)", n, p, size, base)
+	}
+	if !known {
+		if h, err = l.drv.ipcGetMemHandle(ctx, base); err != nil {
+			return IPCRegion{}, err
+		}
+		l.mem.keepExport(base, h)
+	}
+	return IPCRegion{Handle: h, Offset: int64(p - base), Size: size, ID: id}, nil
+}
+
+// exported returns the number of the live allocation [p, p+bytes) (0:
+// there is none) and its handle, if ExportIPC asked for one before.
+func (m *memTable) exported(p uintptr, bytes int64) (id uint64, h IPCHandle, known bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if b, ok := m.device[p]; !ok || b != bytes {
+		return 0, IPCHandle{}, false
+	}
+	h, known = m.export[p]
+	return m.ids[p], h, known
+}
+
+// keepExport records the handle of the live allocation at p.
+func (m *memTable) keepExport(p uintptr, h IPCHandle) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.device[p]; !ok {
+		return // freed meanwhile
+	}
+	if m.export == nil {
+		m.export = make(map[uintptr]IPCHandle)
+	}
+	m.export[p] = h
+}
+
 // addOpened records a mapping of another process's memory.
 func (m *memTable) addOpened(p uintptr, bytes int64) {
 	m.mu.Lock()

@@ -117,3 +117,52 @@ func ipcChild(env string) int {
 	fmt.Println("ipc child: ok (" + strconv.Itoa(ipcWords) + " words)")
 	return 0
 }
+
+// ExportIPC of memory inside an allocation names the allocation, the
+// memory's offset in it and a number that no later allocation gets, even
+// at the same address; the handle is the allocation's own. What is not in
+// one live allocation of Alloc is refused.
+func TestExportIPC(t *testing.T) {
+	eachDriver(t, 1, func(t *testing.T) {
+		s, err := Alloc[uint32](0, 1024)
+		noErr(t, err)
+		r, err := ExportIPC(0, s.Ptr()+40, 64)
+		noErr(t, err)
+		if r.Offset != 40 || r.Size != 4096 || r.ID == 0 {
+			t.Fatalf("region %+v, want offset 40 of 4096 bytes, a nonzero ID", r)
+		}
+		h, err := s.IPCHandle()
+		noErr(t, err)
+		if r.Handle != h {
+			t.Fatal("ExportIPC's handle is not the allocation's")
+		}
+		again, err := ExportIPC(0, s.Ptr(), 4096)
+		noErr(t, err)
+		if again.ID != r.ID || again.Handle != r.Handle {
+			t.Fatalf("the same allocation exported as %+v, then %+v", r, again)
+		}
+		_, err = ExportIPC(0, s.Ptr()+4000, 200) // passes the end
+		wantIs(t, err, ErrInvalid)
+		_, err = ExportIPC(0, s.Ptr(), -1)
+		wantIs(t, err, ErrInvalid)
+		ids := map[uint64]bool{r.ID: true}
+		noErr(t, s.Free())
+		_, err = ExportIPC(0, s.Ptr(), 4)
+		if err == nil {
+			t.Fatal("freed memory exported")
+		}
+		// Later allocations, some likely at the freed address, never
+		// reuse a number.
+		for range 8 {
+			n, err := Alloc[uint32](0, 1024)
+			noErr(t, err)
+			x, err := ExportIPC(0, n.Ptr(), 4096)
+			noErr(t, err)
+			if ids[x.ID] {
+				t.Fatalf("allocation number %d given twice", x.ID)
+			}
+			ids[x.ID] = true
+			noErr(t, n.Free())
+		}
+	})
+}

@@ -430,6 +430,9 @@ func Live() (device, host int) {
 type memTable struct {
 	mu     sync.RWMutex
 	device map[uintptr]int64 // start → bytes
+	ids    map[uintptr]uint64 // start → the allocation's number (ExportIPC), never reused
+	nextID uint64
+	export map[uintptr]IPCHandle // start → its handle, once ExportIPC asked for it
 	opened map[uintptr]int64 // other processes' memory, mapped by OpenIPC: start → bytes
 	host   []span            // sorted by start; never overlapping
 }
@@ -447,8 +450,11 @@ func (m *memTable) addDevice(p uintptr, bytes int64) {
 	defer m.mu.Unlock()
 	if m.device == nil {
 		m.device = make(map[uintptr]int64)
+		m.ids = make(map[uintptr]uint64)
 	}
 	m.device[p] = bytes
+	m.nextID++
+	m.ids[p] = m.nextID
 }
 
 // takeDevice removes the allocation [p, p+bytes) and reports whether it
@@ -460,6 +466,8 @@ func (m *memTable) takeDevice(p uintptr, bytes int64) bool {
 		return false
 	}
 	delete(m.device, p)
+	delete(m.ids, p)
+	delete(m.export, p)
 	return true
 }
 
