@@ -35,6 +35,8 @@ func (r *request) Cancel() error {
 	switch {
 	case r.peer == c.rank:
 		c.self.posted, removed = without(c.self.posted, r)
+	case r.stage == stageIPC:
+		removed = c.ipcCancelLocked(c.ipcPeerOf(r.peer), r)
 	case c.check:
 		p := &c.peers[r.peer]
 		p.posted, removed = without(p.posted, r)

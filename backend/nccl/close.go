@@ -46,6 +46,11 @@ func (c *conn) Close() error {
 			errs = append(errs, err)
 		}
 		c.wg.Wait()
+		if c.ipc != nil {
+			if err := c.ipc.mem.close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		c.aborts.wait()
 		if err := c.eng.close(); err != nil {
 			errs = append(errs, err)

@@ -99,3 +99,26 @@ func TestNeedsChecksNames(t *testing.T) {
 		}
 	}
 }
+
+// TestConformanceFakeIPC runs the whole suite on the IPC path (every pair
+// of ranks sharing a GPU, over host memory), without checks on 2 ranks and
+// with them on 3 (the heavy cases and 4 ranks in the full form): with the envelope in every descriptor, the cases of
+// needsChecks pass there without checks too.
+func TestConformanceFakeIPC(t *testing.T) {
+	t.Parallel() // beside the other suites
+	runner := func(opts ...mp.Option) conformance.Runner {
+		return func(t *testing.T, n int, f func(t conformance.T, c *mp.Comm)) {
+			t.Helper()
+			cfg := ranktest.Config{Backend: "nccl-fake-ipc", Options: opts, Timeout: 10 * time.Second}
+			ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) { f(rt, c) })
+		}
+	}
+	if testscope.Full() {
+		t.Run("unchecked", func(t *testing.T) { conformance.Run(t, 2, runner()) })
+		t.Run("checked", func(t *testing.T) { conformance.Run(t, 4, runner(mp.WithCheck(true))) })
+		return
+	}
+	const by = "the full form of TestConformanceFakeIPC"
+	t.Run("unchecked", func(t *testing.T) { conformance.RunLight(t, 2, runner(), by) })
+	t.Run("checked", func(t *testing.T) { conformance.RunLight(t, 3, runner(mp.WithCheck(true)), by) })
+}

@@ -62,6 +62,7 @@ type conn struct {
 	check      bool
 	eng        engine
 	ctl        *control // the host connection to every other rank; nil with one rank
+	ipc        *ipcPath // the ranks that share this rank's GPU (ipc.go); nil if none
 	// world: the engine has a communicator of every rank, on channel
 	// worldChan(size), which runs the collectives (Collective).
 	world bool
@@ -139,6 +140,7 @@ type connOptions struct {
 	world      bool
 	derive     deriveFunc // makes derived communicators (Split); nil: none
 	fam        *family    // the family of the parent (nil: a new one)
+	ipc        *ipcPath   // the IPC path, if any rank shares this rank's GPU
 }
 
 // newConn makes a communicator around an engine (and, with more than one
@@ -151,6 +153,7 @@ func newConn(o connOptions) *conn {
 		check:      o.check,
 		eng:        o.eng,
 		ctl:        o.ctl,
+		ipc:        o.ipc,
 		world:      o.world,
 		derive:     o.derive,
 		fam:        o.fam,
@@ -176,6 +179,7 @@ func newConn(o connOptions) *conn {
 				go c.ctl.read(c, p)
 			}
 		}
+		c.startIPC()
 	}
 	return c
 }
@@ -205,6 +209,7 @@ func (c *conn) Pending() []backend.OpInfo {
 		out = c.peers[p].pendingRecvs(out)
 	}
 	out = append(out, c.self.pending()...)
+	out = c.ipcPendingLocked(out)
 	if c.ctl != nil {
 		for _, o := range c.ctl.tc.Pending() {
 			if o.Tag < 0 { // the library's own; the others are envelopes

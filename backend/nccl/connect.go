@@ -26,7 +26,7 @@ func (c *conn) connectAll(ctx context.Context, ops func(p int) (send, recv op)) 
 	}
 	c.mu.Lock()
 	for p := range c.size {
-		if p == c.rank {
+		if p == c.rank || c.ipcPeerOf(p) != nil {
 			continue
 		}
 		s, r := ops(p)

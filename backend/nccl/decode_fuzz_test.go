@@ -77,7 +77,7 @@ func FuzzHello(f *testing.F) {
 		if len(h.ids) != n {
 			t.Fatalf("a hello of %d ranks has %d IDs", n, len(h.ids))
 		}
-		if enc := encodeHello(&local{host: h.host, bus: h.bus, ids: h.ids}, nil); !bytes.Equal(enc, data) {
+		if enc := encodeHello(&local{host: h.host, bus: h.bus, ipc: h.ipc, ids: h.ids}, nil); !bytes.Equal(enc, data) {
 			t.Fatalf("hello %x re-encodes to %x", data, enc)
 		}
 	})

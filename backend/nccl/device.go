@@ -27,6 +27,9 @@ type device struct {
 	rank    int            // this rank
 	size    int            // ranks in the job
 	comms   []uintptr      // by channel; 0 for none (this rank's own), and once aborted or destroyed
+	// skip, by peer rank: the pair has no channels (its messages take the
+	// IPC path); nil: every pair has them.
+	skip []bool
 	streams []*cuda.Stream // by channel
 	ops     cOps           // reused by every launch
 

@@ -21,7 +21,7 @@ func (d *device) connectBlocking(ctx context.Context, rank, size int) error {
 	var ops cOps
 	base := d.warm.Ptr()
 	for p := range size {
-		if p == rank {
+		if p == rank || d.skip != nil && d.skip[p] {
 			continue
 		}
 		ops.add(d.comms[sendChan(p)], d.streams[sendChan(p)].Handle(), base, 1, channelPeer(sendChan(p)), ncclUint8, false)

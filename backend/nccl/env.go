@@ -45,7 +45,19 @@ const (
 	// setting decides for every rank; anything but 0, 1 or unset makes
 	// Open fail with ErrInvalid.
 	CollectivesEnv = "COURIER_NCCL_COLLECTIVES"
+	// IPCEnv names the variable that, set to 0, turns the IPC path off:
+	// ranks that share a GPU are then refused at Open, as NCCL refuses
+	// them. By default (1 or unset) their messages go through CUDA IPC
+	// (ipc.go). Every rank must agree (a rank's hello says its setting);
+	// anything but 0, 1 or unset makes Open fail with ErrInvalid.
+	IPCEnv = "COURIER_CUDA_IPC"
 )
+
+// ipcMode reads IPCEnv: whether ranks that share a GPU meet through CUDA
+// IPC.
+func ipcMode(getenv func(string) string) (bool, error) {
+	return envSwitch(getenv, IPCEnv, true, "ranks that share a GPU meet through CUDA IPC", "they are refused")
+}
 
 // libraryPath is the library to load, as getenv sees LibraryEnv.
 func libraryPath(getenv func(string) string) string {

@@ -116,6 +116,7 @@ func (c *conn) failAllLocked(err error) {
 		c.failRecvsLocked(p, err, true)
 	}
 	c.self.fail(err)
+	c.ipcFailAllLocked(err)
 }
 
 // peerLost records that rank p is gone (its host connection ended: it
@@ -135,6 +136,7 @@ func (c *conn) peerLost(p int, err error) {
 		err = fmt.Errorf("%w: rank %d: %w", backend.ErrPeerLost, p, err)
 	}
 	c.peers[p].lost = err
+	c.ipcLostLocked(p, err)
 	kept := c.queue[:0]
 	for _, r := range c.queue {
 		if r.peer == p && !r.recv {

@@ -33,14 +33,18 @@ import (
 // Buffers must be host memory. Registered as the driver "nccl-fake" in
 // this package's tests.
 
-func init() { backend.Register("nccl-fake", fakeDriver{}) }
+func init() {
+	backend.Register("nccl-fake", fakeDriver{})
+	backend.Register("nccl-fake-ipc", fakeDriver{ipc: true})
+}
 
 // fakeDriver opens communicators on fake engines: the host connection is
 // real (tcp), the GPU side is a fabric shared by the job's ranks in this
-// process.
-type fakeDriver struct{}
+// process. With ipc ("nccl-fake-ipc"), every pair of ranks shares a GPU:
+// no channels, the IPC path over host memory (hostIPC).
+type fakeDriver struct{ ipc bool }
 
-func (fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
+func (d fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
 	job := cfg.Job
 	var ctl *control
 	if job.Size > 1 {
@@ -49,21 +53,29 @@ func (fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, e
 			return nil, err
 		}
 	}
-	return openFake(ctx, job.Key, job.Rank, job.Size, cfg.Check, ctl, nil)
+	return openFake(ctx, job.Key, job.Rank, job.Size, cfg.Check, d.ipc, ctl, nil)
 }
 
 // openFake makes a communicator on the fake engine of rank in the fabric
 // of key, around the host connection ctl, and connects its channels. Its
 // derived communicators (Split) are made the same way, each on a fabric of
 // its own.
-func openFake(ctx context.Context, key string, rank, size int, check bool, ctl *control, fam *family) (*conn, error) {
+func openFake(ctx context.Context, key string, rank, size int, check, ipc bool, ctl *control, fam *family) (*conn, error) {
 	f := fabricFor(key)
 	derive := func(ctx context.Context, s splitSpec) (*conn, error) {
-		return openFake(ctx, fmt.Sprintf("%s/%d", key, s.id), s.rank, s.size, check, s.ctl, s.fam)
+		return openFake(ctx, fmt.Sprintf("%s/%d", key, s.id), s.rank, s.size, check, ipc, s.ctl, s.fam)
+	}
+	var path *ipcPath
+	if ipc && size > 1 {
+		on := make([]bool, size)
+		for p := range on {
+			on[p] = p != rank
+		}
+		path = newIPCPath(&hostIPC{}, on)
 	}
 	c := newConn(connOptions{
 		rank: rank, size: size, check: check,
-		eng: f.engine(rank), ctl: ctl, derive: derive, fam: fam,
+		eng: f.engine(rank), ctl: ctl, derive: derive, fam: fam, ipc: path,
 	})
 	warm := make([]byte, 2*size)
 	err := c.connectAll(ctx, func(p int) (send, recv op) {

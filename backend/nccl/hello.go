@@ -10,13 +10,16 @@ import (
 
 // The hello each rank contributes to the exchange: a status byte, then
 // either the reason it cannot join, or its host name, its GPU's PCI
-// address and the NCCL unique IDs of its send channels (one per rank,
+// address, a byte of flags (helloIPC: its IPCEnv is on) and the NCCL
+// unique IDs of its send channels (one per rank,
 // zeros for itself; rank 0 has the ID of the communicator of every rank
 // there, or zeros for none).
 const (
 	helloOK          = 0
 	helloUnsupported = 1 // the reason matches ErrNotSupported
 	helloFailed      = 2
+
+	helloIPC = 1 // the flag: ranks that share this rank's GPU meet it through CUDA IPC
 )
 
 func encodeHello(lo *local, err error) []byte {
@@ -32,6 +35,11 @@ func encodeHello(lo *local, err error) []byte {
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
 		b = append(b, s...)
 	}
+	var flags byte
+	if lo.ipc {
+		flags |= helloIPC
+	}
+	b = append(b, flags)
 	for _, id := range lo.ids {
 		b = append(b, id[:]...)
 	}
@@ -40,6 +48,7 @@ func encodeHello(lo *local, err error) []byte {
 
 type hello struct {
 	host, bus string
+	ipc       bool
 	ids       [][idBytes]byte
 }
 
@@ -73,6 +82,11 @@ func decodeHello(k, size int, b []byte) (hello, error) {
 		b = b[2+n:]
 	}
 	h.host, h.bus = fields[0], fields[1]
+	if len(b) < 1 || b[0]&^helloIPC != 0 {
+		return h, fmt.Errorf("nccl: %w: rank %d sent a hello without its flags, or unknown ones", backend.ErrCorrupt, k)
+	}
+	h.ipc = b[0]&helloIPC != 0
+	b = b[1:]
 	if len(b) != size*idBytes {
 		return h, fmt.Errorf("nccl: %w: rank %d sent %d bytes of NCCL unique IDs, want %d", backend.ErrCorrupt, k, len(b), size*idBytes)
 	}

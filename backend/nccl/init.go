@@ -17,7 +17,7 @@ func initComms(ctx context.Context, d *device, rank, size int, hellos []hello) e
 	if d.blocking {
 		return initBlocking(ctx, d, rank, size, hellos)
 	}
-	for _, c := range channelSpecs(rank, size, hellos) {
+	for _, c := range channelSpecs(rank, size, hellos, d.skip) {
 		comm, err := d.lib.initComm(d.hooks, c.nranks, c.nrank, c.id, false)
 		d.comms[c.ch] = comm
 		if err != nil {
@@ -62,7 +62,7 @@ func initBlocking(ctx context.Context, d *device, rank, size int, hellos []hello
 		err  error
 	}
 	results := make(chan result, 2*size)
-	specs := channelSpecs(rank, size, hellos)
+	specs := channelSpecs(rank, size, hellos, d.skip)
 	for _, c := range specs {
 		go func() {
 			comm, err := d.lib.initComm(d.hooks, c.nranks, c.nrank, c.id, true)
@@ -95,18 +95,19 @@ type channelSpec struct {
 	id                [idBytes]byte
 }
 
-// channelSpecs lists this rank's channels, two per other rank, and the
-// communicator of every rank if rank 0 made its ID.
-func channelSpecs(rank, size int, hellos []hello) []channelSpec {
+// channelSpecs lists this rank's channels, two per other rank but those
+// of skip (the IPC path's), and the communicator of every rank if rank 0
+// made its ID and no pair is skipped.
+func channelSpecs(rank, size int, hellos []hello, skip []bool) []channelSpec {
 	var out []channelSpec
 	for p := range size {
-		if p != rank {
+		if p != rank && (skip == nil || !skip[p]) {
 			out = append(out,
 				channelSpec{sendChan(p), 2, 0, hellos[rank].ids[p]},
 				channelSpec{recvChan(p), 2, 1, hellos[p].ids[rank]})
 		}
 	}
-	if id := hellos[0].ids[0]; size > 1 && id != [idBytes]byte{} {
+	if id := hellos[0].ids[0]; size > 1 && id != [idBytes]byte{} && !sharesGPU(hellos) {
 		out = append(out, channelSpec{worldChan(size), size, rank, id})
 	}
 	return out

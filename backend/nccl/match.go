@@ -326,6 +326,13 @@ func (c *conn) Iprobe(source, tag int) (bool, backend.Status, error) {
 		}
 		return false, backend.Status{}, nil
 	}
+	if ip := c.ipcPeerOf(source); ip != nil {
+		ok, st := c.ipcProbeLocked(ip, tag)
+		if !ok && ip.descEnd != nil {
+			return false, backend.Status{}, ip.descEnd
+		}
+		return ok, st, nil
+	}
 	if !c.check {
 		return false, backend.Status{}, fmt.Errorf("%w: probing a message on the nccl backend needs COURIER_CHECK=1 (without it NCCL carries no envelope, so nothing is known of a message before it is received)",
 			backend.ErrNotSupported)

@@ -251,7 +251,7 @@ func fakeJob(t testing.TB, n int, check bool) ([]*conn, *fabric) {
 	key := fmt.Sprintf("%s/%d", t.Name(), fakeJobs.Add(1))
 	f := fabricFor(key)
 	derive := func(ctx context.Context, s splitSpec) (*conn, error) {
-		return openFake(ctx, fmt.Sprintf("%s/%d", key, s.id), s.rank, s.size, check, s.ctl, s.fam)
+		return openFake(ctx, fmt.Sprintf("%s/%d", key, s.id), s.rank, s.size, check, false, s.ctl, s.fam)
 	}
 	pipes := make([][]net.Conn, n)
 	for i := range pipes {

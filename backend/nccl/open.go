@@ -67,6 +67,8 @@ type opening struct {
 	blocking, events, share bool
 	lo                      *local
 	hellos                  []hello
+	ipc                     []bool   // by rank: the pair meets through CUDA IPC (nil: none does)
+	ipcMem                  *cudaIPC // the IPC path's memory side (nil: no pair)
 	world                   bool // there is a communicator of every rank
 	eng                     *device
 	ctl                     *control
@@ -110,15 +112,50 @@ func (o *opening) meet(ctx context.Context) error {
 			return err
 		}
 	}
-	lo := o.lo
-	for k := range o.hellos {
-		if k != o.rank && o.hellos[k].host == lo.host && o.hellos[k].bus == lo.bus && lo.bus != "" {
-			return fmt.Errorf("nccl: %w: ranks %d and %d would both use the GPU at %s on %s: one GPU per rank (set %s, or run fewer ranks per host)",
-				backend.ErrInvalid, min(k, o.rank), max(k, o.rank), lo.bus, lo.host, DeviceEnv)
+	if o.ipc, err = ipcPairs(o.rank, o.hellos); err != nil {
+		return err
+	}
+	o.world = o.size > 1 && o.hellos[0].ids[0] != [idBytes]byte{} && !sharesGPU(o.hellos)
+	return nil
+}
+
+// ipcPairs returns, by rank, whether rank shares its GPU with that one
+// (the IPC path's pairs), or nil when it shares it with none. A pair
+// where either rank has IPCEnv off is refused.
+func ipcPairs(rank int, hellos []hello) ([]bool, error) {
+	var on []bool
+	me := hellos[rank]
+	for k, h := range hellos {
+		if k == rank || !sameGPU(h, me) {
+			continue
+		}
+		if !h.ipc || !me.ipc {
+			return nil, fmt.Errorf("nccl: %w: ranks %d and %d would both use the GPU at %s on %s, and %s=0 turns off the CUDA IPC path they would meet through: one GPU per rank (set %s, run fewer ranks per host, or unset %s)",
+				backend.ErrInvalid, min(k, rank), max(k, rank), me.bus, me.host, IPCEnv, DeviceEnv, IPCEnv)
+		}
+		if on == nil {
+			on = make([]bool, len(hellos))
+		}
+		on[k] = true
+	}
+	return on, nil
+}
+
+// sameGPU reports whether two ranks' hellos name one GPU.
+func sameGPU(a, b hello) bool { return a.bus != "" && a.host == b.host && a.bus == b.bus }
+
+// sharesGPU reports whether any two ranks of the job share a GPU: NCCL
+// cannot then make the communicator of every rank, and the collectives
+// run over point-to-point messages.
+func sharesGPU(hellos []hello) bool {
+	for i := range hellos {
+		for j := range i {
+			if sameGPU(hellos[i], hellos[j]) {
+				return true
+			}
 		}
 	}
-	o.world = o.size > 1 && o.hellos[0].ids[0] != [idBytes]byte{}
-	return nil
+	return false
 }
 
 // setup reads the modes and sets up this rank's side (setupLocal).
@@ -145,6 +182,7 @@ func (o *opening) newEngine() {
 		size:     o.size,
 		blocking: o.blocking,
 		timed:    o.trace.on,
+		skip:     o.ipc,
 		comms:    make([]uintptr, 2*o.size+1),
 		streams:  make([]*cuda.Stream, 2*o.size+1),
 	}
@@ -178,6 +216,11 @@ func (o *opening) makeChannels(ctx context.Context) error {
 		return err
 	}
 	o.trace.phase("the NCCL communicators made")
+	if o.ipc != nil {
+		if o.ipcMem, err = newCudaIPC(o.lo.dev, o.ipc); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -252,6 +295,9 @@ func (o *opening) fail(err error) error {
 	if aerr := o.eng.close(); aerr != nil {
 		err = joinAbort(err, aerr)
 	}
+	if o.ipcMem != nil {
+		o.ipcMem.close()
+	}
 	return err
 }
 
@@ -262,9 +308,13 @@ func (o *opening) makeConn() *conn {
 	if o.trace.on {
 		tr = &traceStats{}
 	}
+	var ipc *ipcPath
+	if o.ipcMem != nil {
+		ipc = newIPCPath(o.ipcMem, o.ipc)
+	}
 	return newConn(connOptions{
 		rank: o.rank, size: o.size, dev: int(o.lo.dev), check: o.cfg.Check,
-		eng: o.eng, ctl: o.ctl, trace: tr, world: o.world, derive: o.deriver(), fam: o.fam,
+		eng: o.eng, ctl: o.ctl, trace: tr, world: o.world, derive: o.deriver(), fam: o.fam, ipc: ipc,
 	})
 }
 
@@ -299,6 +349,7 @@ type local struct {
 	hooks *devHooks
 	host  string
 	bus   string
+	ipc   bool // IPCEnv is on
 	// ids[p] is the NCCL unique ID of the channel from this rank to rank
 	// p (zero at this rank).
 	ids [][idBytes]byte
@@ -322,6 +373,9 @@ func setupLocal(cfg backend.Config) (*local, error) {
 	lo := &local{lib: lib, dev: dev, ids: make([][idBytes]byte, cfg.Job.Size)}
 	world, err := collectivesMode(cfg.Getenv)
 	if err != nil {
+		return nil, err
+	}
+	if lo.ipc, err = ipcMode(cfg.Getenv); err != nil {
 		return nil, err
 	}
 	lo.host, _ = os.Hostname()

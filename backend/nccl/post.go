@@ -128,6 +128,9 @@ func (c *conn) placeSendLocked(r *request) error {
 	if r.peer == c.rank {
 		return c.sendSelfLocked(r)
 	}
+	if ip := c.ipcPeerOf(r.peer); ip != nil {
+		return c.placeIPCLocked(ip, r)
+	}
 	if c.check {
 		p := &c.peers[r.peer]
 		r.seq = p.sendSeq
@@ -149,6 +152,9 @@ func (c *conn) placeRecvLocked(r *request) error {
 	if r.peer == c.rank {
 		c.recvSelfLocked(r)
 		return nil
+	}
+	if ip := c.ipcPeerOf(r.peer); ip != nil {
+		return c.placeIPCLocked(ip, r)
 	}
 	if c.check {
 		if !c.matchRecvLocked(r) {

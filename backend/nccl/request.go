@@ -15,6 +15,7 @@ const (
 	stageQueued reqStage = iota // posted, waiting for a flush
 	stageIssued                 // its op is in a group handed to NCCL
 	stageLocal                  // a message to or from this rank itself, matched in memory
+	stageIPC                    // on the IPC path (ipc.go): a rank that shares this rank's GPU
 	stageDone                   // completed (result published)
 )
 
@@ -51,6 +52,8 @@ type request struct {
 	recvBuf backend.Buffer
 	op      backend.ReduceOp
 	root    int
+	// ipc is what the IPC path keeps of the request (nil elsewhere).
+	ipc *ipcReq
 
 	done   atomic.Bool
 	mu     sync.Mutex // guards doneCh and closed
@@ -85,7 +88,7 @@ func (r *request) recycle() {
 	r.c, r.buf, r.caller, r.stage, r.seq = nil, backend.Buffer{}, 0, stageQueued, 0
 	r.st, r.verdict, r.err, r.early = backend.Status{}, nil, nil, nil
 	r.coll, r.recvBuf, r.op, r.root = 0, backend.Buffer{}, 0, 0
-	r.doneCh, r.closed = nil, false
+	r.doneCh, r.closed, r.ipc = nil, false, nil
 	r.done.Store(false)
 	reqPool.Put(r)
 }

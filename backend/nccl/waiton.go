@@ -56,6 +56,9 @@ func (c *conn) waitOn(r *request, s *cuda.Stream) error {
 		if r.stage == stageDone {
 			return r.err
 		}
+		if r.stage == stageIPC {
+			return c.ipcWaitOnLocked(r, s)
+		}
 		if r.stage == stageLocal {
 			return fmt.Errorf("%w: WaitOn: a message between a rank and itself is copied by the CPU; Wait for it", backend.ErrNotSupported)
 		}
@@ -181,6 +184,9 @@ func (c *conn) postOn(recv bool, buf backend.Buffer, peer, tag int, caller uintp
 	}
 	if peer < 0 || peer >= c.size {
 		return post(buf, peer, tag, caller) // the error Isend/Irecv give
+	}
+	if c.ipcPeerOf(peer) != nil {
+		return c.ipcPostOn(recv, buf, peer, tag, caller, s)
 	}
 	ch := sendChan(peer)
 	if recv {

@@ -1,0 +1,755 @@
+package nccl
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// The IPC path: ranks that share a GPU.
+//
+// NCCL cannot hold two ranks on one GPU, so a pair of ranks whose hellos
+// name the same GPU (host and PCI bus) has no channels: its messages take
+// this path instead (unless IPCEnv=0, when Open refuses the pair as
+// before). The GPU's copy engines move the data, from the sender's memory,
+// mapped into the receiver's process by its CUDA IPC handle, into the
+// receiver's buffer; the host connection carries what the two ranks say to
+// each other:
+//
+//   - DESC, sender to receiver, one per message, in order: the envelope
+//     (sequence number, tag, element type, count) and either the payload
+//     itself (a message of up to ipcInline bytes, copied out of the send
+//     buffer when the send is described: the send then completes at once,
+//     as a small message does on tcp) or where it lies (the region of the
+//     sender's allocation: handle, number, offset, size; see
+//     cuda.ExportIPC);
+//   - DONE, receiver to sender, for each message that was not inline,
+//     once the receiver's copy has finished: the send completes then, and
+//     only then may its buffer change.
+//
+// Each rank of the pair runs, for the other, a sender (describes the
+// sends posted, in order), a DESC reader, a copier (copies each matched
+// message, in the order they matched) and a DONE reader. The two
+// directions of a pair are independent, so a rank's send and receive with
+// the same peer (Sendrecv, a halo exchange) move at once, on the two
+// ranks' copy streams.
+//
+// Messages match as in MPI, with or without checks: a receive takes the
+// oldest message from its source with its tag. The envelope comes with
+// every message, so the checks cost nothing here and always apply
+// (verdictOf): a message longer than its receive is ErrTruncate, another
+// element type ErrMismatch, and with checks on the counts must be equal.
+// A message never overtakes an earlier one from the same rank with the
+// same tag.
+//
+// Host buffers are staged through device memory on the sending side (an
+// exported staging allocation, reused) and copied straight out of the
+// mapping on the receiving side. IsendOn orders the send after the
+// caller's stream (the sender waits for an event recorded on it before it
+// describes the message); IrecvOn makes the copy wait for the caller's
+// stream on the GPU and the stream wait for the copy's end, through a word
+// in page-locked memory that the copier writes (ipcMem.signal); WaitOn
+// waits for that word.
+
+const (
+	// ipcDescTag and ipcDoneTag are the tags of DESC and DONE on the host
+	// connection (envTag is 1; the library's own tags are negative).
+	ipcDescTag = 2
+	ipcDoneTag = 3
+	// ipcDescSize is the size of a DESC without its inline payload.
+	ipcDescSize = 128
+	// ipcInline is the largest payload a DESC carries.
+	ipcInline = 8 << 10
+	// ipcDoneSize is the size of a DONE.
+	ipcDoneSize = 8
+)
+
+// ipcDesc describes one message on the IPC path.
+type ipcDesc struct {
+	seq    uint64
+	count  int64
+	tag    int32
+	typ    backend.DType
+	inline bool             // the payload follows the descriptor
+	region cuda.IPCRegion   // where the payload lies (not inline, not empty)
+	data   []byte           // the inline payload (a view of the reader's buffer)
+}
+
+// bytes is the payload's size.
+func (d *ipcDesc) bytes() int64 { return d.count * int64(d.typ.Size()) }
+
+const ipcFlagInline = 1
+
+// encode writes d into b (at least ipcDescSize bytes, and the inline
+// payload after them) and returns the message's length.
+func (d *ipcDesc) encode(b []byte) int {
+	clear(b[:ipcDescSize])
+	binary.LittleEndian.PutUint64(b[0:], d.seq)
+	binary.LittleEndian.PutUint64(b[8:], uint64(d.count))
+	binary.LittleEndian.PutUint32(b[16:], uint32(d.tag))
+	b[20] = byte(d.typ)
+	if d.inline {
+		b[21] = ipcFlagInline
+	}
+	binary.LittleEndian.PutUint64(b[24:], d.region.ID)
+	binary.LittleEndian.PutUint64(b[32:], uint64(d.region.Offset))
+	binary.LittleEndian.PutUint64(b[40:], uint64(d.region.Size))
+	copy(b[48:112], d.region.Handle[:])
+	if d.inline {
+		return ipcDescSize + copy(b[ipcDescSize:], d.data)
+	}
+	return ipcDescSize
+}
+
+// decodeIPCDesc reads a DESC of n bytes and validates it: a payload that
+// lies outside its region, or an inline one of the wrong length, is
+// ErrCorrupt.
+func decodeIPCDesc(b []byte) (ipcDesc, error) {
+	if len(b) < ipcDescSize {
+		return ipcDesc{}, fmt.Errorf("nccl: %w: a descriptor of %d bytes", backend.ErrCorrupt, len(b))
+	}
+	d := ipcDesc{
+		seq:    binary.LittleEndian.Uint64(b[0:]),
+		count:  int64(binary.LittleEndian.Uint64(b[8:])),
+		tag:    int32(binary.LittleEndian.Uint32(b[16:])),
+		typ:    backend.DType(b[20]),
+		inline: b[21]&ipcFlagInline != 0,
+	}
+	d.region.ID = binary.LittleEndian.Uint64(b[24:])
+	d.region.Offset = int64(binary.LittleEndian.Uint64(b[32:]))
+	d.region.Size = int64(binary.LittleEndian.Uint64(b[40:]))
+	copy(d.region.Handle[:], b[48:112])
+	if !d.typ.Valid() || d.count < 0 || d.count > (1<<62)/int64(max(d.typ.Size(), 1)) || b[21]&^ipcFlagInline != 0 {
+		return ipcDesc{}, fmt.Errorf("nccl: %w: a descriptor of %d × type %d, flags %#x", backend.ErrCorrupt, d.count, b[20], b[21])
+	}
+	n := d.bytes()
+	switch {
+	case d.inline:
+		if n > ipcInline || int64(len(b)-ipcDescSize) != n {
+			return ipcDesc{}, fmt.Errorf("nccl: %w: an inline payload of %d bytes for a message of %d", backend.ErrCorrupt, len(b)-ipcDescSize, n)
+		}
+		d.data = b[ipcDescSize:]
+	case len(b) != ipcDescSize:
+		return ipcDesc{}, fmt.Errorf("nccl: %w: %d bytes after a descriptor without an inline payload", backend.ErrCorrupt, len(b)-ipcDescSize)
+	case n > 0 && (d.region.ID == 0 || d.region.Offset < 0 || d.region.Size <= 0 || d.region.Offset > d.region.Size || n > d.region.Size-d.region.Offset):
+		return ipcDesc{}, fmt.Errorf("nccl: %w: %d bytes at offset %d of a region of %d", backend.ErrCorrupt, n, d.region.Offset, d.region.Size)
+	}
+	return d, nil
+}
+
+// ipcPeer is this rank's side of the IPC path with one other rank. Every
+// field is guarded by the communicator's mutex.
+type ipcPeer struct {
+	rank int
+	// Sending: the sends posted and not yet described (the sender
+	// goroutine takes them in order), the number of the next DESC, and
+	// the sends described that wait for their DONE, by number.
+	outq    []*request
+	sendSeq uint64
+	sends   map[uint64]*request
+	// Receiving: the messages described that no receive has matched, the
+	// receives that have matched none, and the matched pairs the copier
+	// has not taken yet, each oldest first; descEnd says why no more
+	// messages will come (the DESC reader ended), doneEnd why no more
+	// DONEs will (the sends still waiting fail with it).
+	msgs    []*ipcMsg
+	posted  []*request
+	work    []ipcJob
+	descEnd error
+	doneEnd error
+	// Wakes the sender and the copier goroutines (capacity 1).
+	sendWake, copyWake chan struct{}
+}
+
+// ipcMsg is a message described to this rank that no receive has taken.
+type ipcMsg struct {
+	d    ipcDesc
+	data []byte // the inline payload, copied out of the reader's buffer
+}
+
+// ipcJob is a receive matched to its message, for the copier.
+type ipcJob struct {
+	r       *request
+	m       *ipcMsg
+	verdict error
+}
+
+// ipcReq is what a request on the IPC path carries besides the common
+// fields.
+type ipcReq struct {
+	after  *cuda.Event // IsendOn, IrecvOn: recorded on the caller's stream
+	source ipcSource   // a send described from a region: what to give back at DONE
+	slot   int         // the completion word the request writes (ipcMem.signal), or -1
+	want   uint64      // the value it writes there
+}
+
+// ipcPath is the communicator's IPC path: the memory operations, and a
+// peer for each rank that shares this rank's GPU (nil for the others).
+type ipcPath struct {
+	mem   ipcMem
+	peers []*ipcPeer
+}
+
+// newIPCPath makes the path to the ranks of on (true for those that
+// share this rank's GPU), or returns nil when there are none.
+func newIPCPath(mem ipcMem, on []bool) *ipcPath {
+	var p *ipcPath
+	for k, yes := range on {
+		if !yes {
+			continue
+		}
+		if p == nil {
+			p = &ipcPath{mem: mem, peers: make([]*ipcPeer, len(on))}
+		}
+		p.peers[k] = &ipcPeer{
+			rank:     k,
+			sends:    make(map[uint64]*request),
+			sendWake: make(chan struct{}, 1),
+			copyWake: make(chan struct{}, 1),
+		}
+	}
+	return p
+}
+
+// ipcPeerOf returns the IPC path's peer p, or nil when messages with p
+// take the channels.
+func (c *conn) ipcPeerOf(p int) *ipcPeer {
+	if c.ipc == nil || p < 0 || p >= len(c.ipc.peers) {
+		return nil
+	}
+	return c.ipc.peers[p]
+}
+
+// startIPC starts the goroutines of every IPC peer.
+func (c *conn) startIPC() {
+	if c.ipc == nil {
+		return
+	}
+	for _, ip := range c.ipc.peers {
+		if ip == nil {
+			continue
+		}
+		c.wg.Add(4)
+		go c.ipcSender(ip)
+		go c.ipcDescReader(ip)
+		go c.ipcCopier(ip)
+		go c.ipcDoneReader(ip)
+	}
+}
+
+// wakeUp puts a token in ch without blocking.
+func wakeUp(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// placeIPCLocked places request r on the IPC path: a send goes to the
+// sender's queue; a receive matches the oldest message described with its
+// tag, or waits for one.
+func (c *conn) placeIPCLocked(ip *ipcPeer, r *request) error {
+	r.stage = stageIPC
+	if r.ipc == nil {
+		r.ipc = &ipcReq{slot: -1}
+	}
+	if !r.recv {
+		ip.outq = append(ip.outq, r)
+		wakeUp(ip.sendWake)
+		return nil
+	}
+	if ip.descEnd != nil && !c.ipcHasTagLocked(ip, r.tag) {
+		return ip.descEnd
+	}
+	ip.posted = append(ip.posted, r)
+	c.ipcMatchLocked(ip)
+	return nil
+}
+
+// ipcHasTagLocked reports whether a message with tag waits.
+func (c *conn) ipcHasTagLocked(ip *ipcPeer, tag int) bool {
+	for _, m := range ip.msgs {
+		if int(m.d.tag) == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// ipcMatchLocked pairs posted receives with described messages, by tag,
+// oldest first, and hands the pairs to the copier.
+func (c *conn) ipcMatchLocked(ip *ipcPeer) {
+	matched := false
+	kept := ip.posted[:0]
+	for _, r := range ip.posted {
+		i := -1
+		for k, m := range ip.msgs {
+			if int(m.d.tag) == r.tag {
+				i = k
+				break
+			}
+		}
+		if i < 0 {
+			kept = append(kept, r)
+			continue
+		}
+		m := ip.msgs[i]
+		ip.msgs = append(ip.msgs[:i], ip.msgs[i+1:]...)
+		ip.work = append(ip.work, ipcJob{r: r, m: m, verdict: c.verdictOf(r, ip.rank, int(m.d.tag), m.d.typ, m.d.count)})
+		matched = true
+	}
+	clear(ip.posted[len(kept):])
+	ip.posted = kept
+	if ip.descEnd != nil {
+		// Nothing more will come: the receives left can never match.
+		for _, r := range ip.posted {
+			c.ipcCompleteLocked(r, backend.Status{}, ip.descEnd)
+		}
+		clear(ip.posted)
+		ip.posted = ip.posted[:0]
+	}
+	if matched {
+		wakeUp(ip.copyWake)
+	}
+}
+
+// ipcCompleteLocked completes an IPC request and writes its completion
+// word, if a stream waits for it.
+func (c *conn) ipcCompleteLocked(r *request, st backend.Status, err error) {
+	if r.stage == stageDone {
+		return
+	}
+	if q := r.ipc; q != nil && q.slot >= 0 {
+		c.ipc.mem.signal(q.slot, q.want)
+		q.slot = -1
+	}
+	if q := r.ipc; q != nil && q.source.release != nil {
+		q.source.release()
+		q.source.release = nil
+	}
+	if q := r.ipc; q != nil && q.after != nil {
+		q.after.Destroy()
+		q.after = nil
+	}
+	r.complete(st, err)
+}
+
+// waitIPC returns the next token of ch, or false once the communicator
+// stops.
+func (c *conn) waitIPC(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-c.stop:
+		return false
+	}
+}
+
+// ipcSender describes the sends to ip's rank, in the order they were
+// posted: inline, or by the region of their memory.
+func (c *conn) ipcSender(ip *ipcPeer) {
+	defer c.wg.Done()
+	buf := make([]byte, ipcDescSize+ipcInline)
+	for {
+		c.mu.Lock()
+		for len(ip.outq) == 0 {
+			c.mu.Unlock()
+			if !c.waitIPC(ip.sendWake) {
+				return
+			}
+			c.mu.Lock()
+		}
+		r := ip.outq[0]
+		ip.outq[0] = nil
+		ip.outq = ip.outq[1:]
+		if r.stage == stageDone { // failed meanwhile (a lost peer, Abort)
+			c.mu.Unlock()
+			continue
+		}
+		lost := c.peers[ip.rank].lost
+		c.mu.Unlock()
+		if lost != nil {
+			c.mu.Lock()
+			c.ipcCompleteLocked(r, backend.Status{}, lost)
+			c.mu.Unlock()
+			continue
+		}
+		c.ipcDescribe(ip, r, buf)
+	}
+}
+
+// ipcDescribe sends r's DESC (with its payload, or its region) and, for
+// an inline one, completes r.
+func (c *conn) ipcDescribe(ip *ipcPeer, r *request, buf []byte) {
+	fail := func(err error) {
+		c.mu.Lock()
+		c.ipcCompleteLocked(r, backend.Status{}, err)
+		c.mu.Unlock()
+	}
+	if ev := c.takeAfter(r); ev != nil {
+		err := ev.Synchronize()
+		ev.Destroy()
+		if err != nil {
+			fail(fmt.Errorf("nccl: waiting for the caller's stream before a send to rank %d: %w", ip.rank, err))
+			return
+		}
+	}
+	d := ipcDesc{tag: int32(r.tag), typ: r.buf.Type, count: r.buf.Count}
+	n := r.buf.Len()
+	var src ipcSource
+	if n <= ipcInline {
+		d.inline = true
+		d.data = buf[ipcDescSize : ipcDescSize+n]
+		if err := c.ipc.mem.readOut(d.data, r.buf); err != nil {
+			fail(fmt.Errorf("nccl: copying a message of %d bytes to rank %d out of its buffer: %w", n, ip.rank, err))
+			return
+		}
+	} else {
+		var err error
+		if src, err = c.ipc.mem.export(r.buf); err != nil {
+			fail(fmt.Errorf("nccl: exporting a send buffer of %d bytes to rank %d: %w", n, ip.rank, err))
+			return
+		}
+		d.region = src.region
+	}
+	c.mu.Lock()
+	d.seq = ip.sendSeq
+	ip.sendSeq++
+	if !d.inline {
+		r.ipc.source = src
+		ip.sends[d.seq] = r
+	}
+	c.mu.Unlock()
+	m := d.encode(buf)
+	sr, err := c.ctl.tc.Isend(hostBytes(buf[:m]), ip.rank, ipcDescTag, r.caller)
+	if err == nil {
+		_, err = sr.Wait(0)
+		sr.Release()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		delete(ip.sends, d.seq)
+		c.ipcCompleteLocked(r, backend.Status{}, c.ipcLinkErr(ip.rank, err))
+		return
+	}
+	if d.inline {
+		c.ipcCompleteLocked(r, backend.Status{Source: c.rank, Tag: r.tag, Count: r.buf.Count}, nil)
+	}
+}
+
+// ipcLinkErr is the error of an operation whose host connection message
+// failed: the rank's loss if it is lost.
+func (c *conn) ipcLinkErr(p int, err error) error {
+	if lost := c.peers[p].lost; lost != nil {
+		return lost
+	}
+	if errors.Is(err, backend.ErrPeerLost) || errors.Is(err, backend.ErrClosed) {
+		return err
+	}
+	return fmt.Errorf("%w: rank %d: %w", backend.ErrPeerLost, p, err)
+}
+
+// ipcDescReader takes the DESCs of ip's rank, in order, and matches them.
+// When the host connection ends, the receives that matched nothing fail:
+// no more messages will come.
+func (c *conn) ipcDescReader(ip *ipcPeer) {
+	defer c.wg.Done()
+	buf := make([]byte, ipcDescSize+ipcInline)
+	var next uint64
+	for {
+		rr, err := c.ctl.tc.Irecv(hostBytes(buf), ip.rank, ipcDescTag, 0)
+		var st backend.Status
+		if err == nil {
+			st, err = rr.Wait(0)
+			rr.Release()
+		}
+		var d ipcDesc
+		if err == nil {
+			d, err = decodeIPCDesc(buf[:st.Count])
+			if err == nil && d.seq != next {
+				err = fmt.Errorf("nccl: %w: descriptor %d came where %d was due", backend.ErrCorrupt, d.seq, next)
+			}
+		}
+		c.mu.Lock()
+		if err != nil {
+			if errors.Is(err, backend.ErrCorrupt) {
+				err = fmt.Errorf("nccl: the IPC descriptors from rank %d: %w", ip.rank, err)
+			} else {
+				err = c.ipcLinkErr(ip.rank, err)
+			}
+			ip.descEnd = err
+			c.ipcMatchLocked(ip)
+			c.mu.Unlock()
+			return
+		}
+		next++
+		m := &ipcMsg{d: d}
+		if d.inline {
+			m.data = append([]byte(nil), d.data...)
+			m.d.data = nil
+		}
+		ip.msgs = append(ip.msgs, m)
+		c.ipcMatchLocked(ip)
+		c.mu.Unlock()
+	}
+}
+
+// ipcCopier copies each matched message into its receive, in the order
+// they matched, tells the sender (DONE) for a message of its memory, and
+// completes the receive.
+func (c *conn) ipcCopier(ip *ipcPeer) {
+	defer c.wg.Done()
+	var done [ipcDoneSize]byte
+	for {
+		c.mu.Lock()
+		for len(ip.work) == 0 {
+			c.mu.Unlock()
+			if !c.waitIPC(ip.copyWake) {
+				return
+			}
+			c.mu.Lock()
+		}
+		j := ip.work[0]
+		ip.work[0] = ipcJob{}
+		ip.work = ip.work[1:]
+		c.mu.Unlock()
+		d := &j.m.d
+		err := j.verdict
+		if err == nil && d.bytes() > 0 && j.r.stage != stageDone {
+			if ev := c.takeAfter(j.r); ev != nil {
+				err = c.ipc.mem.follow(ip.rank, ev)
+				ev.Destroy()
+			}
+			if err == nil && d.inline {
+				err = c.ipc.mem.writeIn(ip.rank, j.r.buf, j.m.data)
+			} else if err == nil {
+				err = c.ipc.mem.copyIn(ip.rank, j.r.buf, d.region, d.bytes())
+			}
+			if err != nil {
+				err = fmt.Errorf("nccl: copying a message of %d bytes from rank %d: %w", d.bytes(), ip.rank, err)
+			}
+		}
+		if !d.inline {
+			binary.LittleEndian.PutUint64(done[:], d.seq)
+			if sr, serr := c.ctl.tc.Isend(hostBytes(done[:]), ip.rank, ipcDoneTag, 0); serr == nil {
+				sr.Wait(0) // a sender that is gone needs no DONE
+				sr.Release()
+			}
+		}
+		c.mu.Lock()
+		c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, err)
+		c.mu.Unlock()
+	}
+}
+
+// ipcDoneReader completes the sends to ip's rank as their DONEs come.
+// When the host connection ends, the sends still waiting fail.
+func (c *conn) ipcDoneReader(ip *ipcPeer) {
+	defer c.wg.Done()
+	var buf [ipcDoneSize]byte
+	for {
+		rr, err := c.ctl.tc.Irecv(hostBytes(buf[:]), ip.rank, ipcDoneTag, 0)
+		var st backend.Status
+		if err == nil {
+			st, err = rr.Wait(0)
+			rr.Release()
+		}
+		c.mu.Lock()
+		if err == nil && st.Count != ipcDoneSize {
+			err = fmt.Errorf("nccl: %w: a DONE of %d bytes from rank %d", backend.ErrCorrupt, st.Count, ip.rank)
+		}
+		var r *request
+		if err == nil {
+			seq := binary.LittleEndian.Uint64(buf[:])
+			if r = ip.sends[seq]; r == nil {
+				err = fmt.Errorf("nccl: %w: rank %d reported message %d copied, which is not one of this rank's sends in flight", backend.ErrCorrupt, ip.rank, seq)
+			}
+			delete(ip.sends, seq)
+		}
+		if err != nil {
+			if !errors.Is(err, backend.ErrCorrupt) {
+				err = c.ipcLinkErr(ip.rank, err)
+			}
+			ip.doneEnd = err
+			for seq, r := range ip.sends {
+				c.ipcCompleteLocked(r, backend.Status{}, err)
+				delete(ip.sends, seq)
+			}
+			c.mu.Unlock()
+			return
+		}
+		c.ipcCompleteLocked(r, backend.Status{Source: c.rank, Tag: r.tag, Count: r.buf.Count}, nil)
+		c.mu.Unlock()
+	}
+}
+
+// ipcLostLocked ends what waits on rank p of the IPC path when p is lost:
+// the sends not yet described. The sends described wait for their DONE,
+// and the receives for their messages, until the host connection's
+// streams from p end (the DONE and DESC readers fail them then): what p
+// said before it left still counts.
+func (c *conn) ipcLostLocked(p int, err error) {
+	ip := c.ipcPeerOf(p)
+	if ip == nil {
+		return
+	}
+	for _, r := range ip.outq {
+		c.ipcCompleteLocked(r, backend.Status{}, err)
+	}
+	clear(ip.outq)
+	ip.outq = ip.outq[:0]
+}
+
+// ipcFailAllLocked ends every operation of the IPC path with err (Close,
+// Abort). A copy under way finishes first: the copier completes its
+// receive once it has (Close waits for it).
+func (c *conn) ipcFailAllLocked(err error) {
+	if c.ipc == nil {
+		return
+	}
+	for _, ip := range c.ipc.peers {
+		if ip == nil {
+			continue
+		}
+		for _, r := range ip.outq {
+			c.ipcCompleteLocked(r, backend.Status{}, err)
+		}
+		ip.outq = nil
+		for seq, r := range ip.sends {
+			c.ipcCompleteLocked(r, backend.Status{}, err)
+			delete(ip.sends, seq)
+		}
+		for _, r := range ip.posted {
+			c.ipcCompleteLocked(r, backend.Status{}, err)
+		}
+		ip.posted = nil
+		for _, j := range ip.work {
+			c.ipcCompleteLocked(j.r, backend.Status{}, err)
+		}
+		ip.work = nil
+		ip.msgs = nil
+		if ip.descEnd == nil {
+			ip.descEnd = err
+		}
+	}
+}
+
+// ipcPendingLocked describes the IPC path's operations for Pending.
+func (c *conn) ipcPendingLocked(out []backend.OpInfo) []backend.OpInfo {
+	if c.ipc == nil {
+		return out
+	}
+	for _, ip := range c.ipc.peers {
+		if ip == nil {
+			continue
+		}
+		for _, r := range ip.outq {
+			out = append(out, r.info())
+		}
+		for _, r := range ip.sends {
+			out = append(out, r.info())
+		}
+		for _, r := range ip.posted {
+			out = append(out, r.info())
+		}
+		for _, j := range ip.work {
+			out = append(out, j.r.info())
+		}
+	}
+	return out
+}
+
+// ipcProbeLocked is Iprobe for a rank of the IPC path: the oldest message
+// described with tag that no receive has taken.
+func (c *conn) ipcProbeLocked(ip *ipcPeer, tag int) (bool, backend.Status) {
+	for _, m := range ip.msgs {
+		if int(m.d.tag) == tag {
+			return true, backend.Status{Source: ip.rank, Tag: tag, Count: m.d.count}
+		}
+	}
+	return false, backend.Status{}
+}
+
+// ipcCancelLocked takes receive r back if it has matched nothing.
+func (c *conn) ipcCancelLocked(ip *ipcPeer, r *request) bool {
+	var ok bool
+	ip.posted, ok = without(ip.posted, r)
+	return ok
+}
+
+// ipcWaitOnLocked makes s wait, on the GPU, for IPC request r: for the
+// completion word its completion writes.
+func (c *conn) ipcWaitOnLocked(r *request, s *cuda.Stream) error {
+	q := r.ipc
+	if r.recv && r.buf.Mem == backend.Host {
+		return fmt.Errorf("%w: WaitOn: a receive into host memory is ready only when Wait or Test reports it; receive into device memory to wait on the GPU",
+			backend.ErrNotSupported)
+	}
+	if q.slot < 0 {
+		slot, want, err := c.ipc.mem.newSlot()
+		if err != nil {
+			return err
+		}
+		q.slot, q.want = slot, want
+	}
+	return c.ipc.mem.waitSlot(s, q.slot, q.want)
+}
+
+// ipcPostOn is postOn for a rank of the IPC path: an event recorded on s
+// orders the operation after s's work (the sender waits for it before it
+// describes the message; the copier's stream waits for it before the
+// copy), and s waits for the request's completion word.
+func (c *conn) ipcPostOn(recv bool, buf backend.Buffer, peer, tag int, caller uintptr, s *cuda.Stream) (backend.Request, error) {
+	ev, err := cuda.NewEventNoTiming(s.Device())
+	if err == nil {
+		if err = ev.Record(s); err != nil {
+			ev.Destroy()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nccl: recording an event on the caller's stream: %w", err)
+	}
+	if err := c.validate(buf); err != nil {
+		ev.Destroy()
+		return nil, err
+	}
+	r := newRequest(c, recv, buf, peer, tag, caller)
+	r.ipc = &ipcReq{slot: -1, after: ev}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err = c.usableLocked(peer, recv)
+	if err == nil {
+		err = c.revokedForLocked(tag)
+	}
+	if err == nil {
+		err = c.placeIPCLocked(c.ipcPeerOf(peer), r)
+	}
+	if err == nil && r.stage != stageDone {
+		err = c.ipcWaitOnLocked(r, s)
+		if err != nil {
+			// Not handed out: it goes on, but no stream waits for it.
+			return nil, err
+		}
+	}
+	if err != nil {
+		ev.Destroy()
+		r.ipc.after = nil
+		r.recycle()
+		return nil, err
+	}
+	return r, nil
+}
+
+// takeAfter returns r's caller-stream event for its one user (the sender
+// or the copier), who destroys it.
+func (c *conn) takeAfter(r *request) *cuda.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ev := r.ipc.after
+	r.ipc.after = nil
+	return ev
+}

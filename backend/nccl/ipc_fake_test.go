@@ -1,0 +1,78 @@
+package nccl
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// hostIPC is ipcMem for the fake engine's ranks, which share a process
+// and use host memory: an exported send buffer is recorded in a table of
+// the process by a number of its own (the region's ID), which the
+// receiving rank's copy looks up, and a copy is Go's copy. Released
+// regions leave the table, so a copy from a region whose send has
+// completed (or that was never exported) fails, as a stale mapping
+// would. Stream-ordered operations are ErrNotSupported (the fake engine
+// has no streams).
+type hostIPC struct{ exported atomic.Int64 }
+
+var fakeRegions struct {
+	next atomic.Uint64
+	m    sync.Map // ID → []byte, the send buffer
+}
+
+func (m *hostIPC) readOut(dst []byte, buf backend.Buffer) error {
+	copy(dst, hostView(buf))
+	return nil
+}
+
+func (m *hostIPC) export(buf backend.Buffer) (ipcSource, error) {
+	if buf.Mem != backend.Host {
+		return ipcSource{}, fmt.Errorf("%w: the fake engine's IPC path takes host memory", backend.ErrInvalid)
+	}
+	id := fakeRegions.next.Add(1)
+	fakeRegions.m.Store(id, hostView(buf))
+	m.exported.Add(1)
+	return ipcSource{region: cuda.IPCRegion{ID: id, Size: buf.Len()}, release: func() {
+		fakeRegions.m.Delete(id)
+		m.exported.Add(-1)
+	}}, nil
+}
+
+func (m *hostIPC) writeIn(peer int, buf backend.Buffer, data []byte) error {
+	copy(hostView(buf), data)
+	return nil
+}
+
+func (m *hostIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64) error {
+	v, ok := fakeRegions.m.Load(r.ID)
+	if !ok {
+		return fmt.Errorf("%w: region %d is not exported (released, or never)", backend.ErrInvalid, r.ID)
+	}
+	src := v.([]byte)
+	if int64(len(src)) != r.Size {
+		return fmt.Errorf("%w: region %d has %d bytes, the descriptor says %d", backend.ErrInvalid, r.ID, len(src), r.Size)
+	}
+	copy(hostView(buf)[:n], src[r.Offset:r.Offset+n])
+	return nil
+}
+
+func (m *hostIPC) follow(int, *cuda.Event) error { return errNoStreams }
+
+func (m *hostIPC) newSlot() (int, uint64, error) { return 0, 0, errNoStreams }
+
+func (m *hostIPC) signal(int, uint64) {}
+
+func (m *hostIPC) waitSlot(*cuda.Stream, int, uint64) error { return errNoStreams }
+
+func (m *hostIPC) close() error {
+	if n := m.exported.Load(); n != 0 {
+		return fmt.Errorf("nccl: %d exported send buffers never released", n)
+	}
+	return nil
+}
+
+var errNoStreams = fmt.Errorf("%w: the fake engine has no CUDA streams", backend.ErrNotSupported)

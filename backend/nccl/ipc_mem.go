@@ -1,0 +1,322 @@
+package nccl
+
+import (
+	"container/list"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// ipcMem is what the IPC path (ipc.go) needs of the GPU: the CUDA driver
+// on a real or fake GPU (cudaIPC), or host memory in the tests of the
+// fake engine. Each method may be called from any of the path's
+// goroutines, beside the others; those that take a peer are called for
+// that peer by one goroutine at a time (its copier), and each returns
+// once its copy is done.
+type ipcMem interface {
+	// readOut copies the bytes of buf (host or device memory) into dst.
+	readOut(dst []byte, buf backend.Buffer) error
+	// export returns where buf's bytes lie for another process to copy
+	// them: device memory as it is, host memory staged into device
+	// memory first. The source's release is called once the peer has
+	// copied them.
+	export(buf backend.Buffer) (ipcSource, error)
+	// writeIn copies data into buf, a receive from peer.
+	writeIn(peer int, buf backend.Buffer, data []byte) error
+	// copyIn copies the first n bytes at the region of peer's memory
+	// into buf. The mapping of the region's allocation stays open for
+	// the next message from it (a bounded cache, keyed by the peer and
+	// the allocation's number, so a mapping is never used for another
+	// allocation at the same address).
+	copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64) error
+	// follow makes peer's next copy start, on the GPU, after ev.
+	follow(peer int, ev *cuda.Event) error
+	// newSlot returns a completion word for a request a stream will wait
+	// for, and the value its completion writes there; signal writes it
+	// (and frees the slot); waitSlot makes s wait until it is written.
+	newSlot() (slot int, want uint64, err error)
+	signal(slot int, v uint64)
+	waitSlot(s *cuda.Stream, slot int, v uint64) error
+	// close closes the mappings and frees what the path allocated; the
+	// path's goroutines have ended.
+	close() error
+}
+
+// ipcSource is a send's memory as the peer will copy it.
+type ipcSource struct {
+	region  cuda.IPCRegion
+	release func() // nil: nothing to give back
+}
+
+// ipcCacheMax bounds the mappings of other ranks' memory a rank keeps
+// open per peer; the least recently used is closed first.
+const ipcCacheMax = 64
+
+// ipcSlots is the number of completion words for stream-ordered IPC
+// operations in flight at once.
+const ipcSlots = 4096
+
+// ipcStageMin is the smallest staging allocation for host send buffers.
+const ipcStageMin = 1 << 16
+
+// cudaIPC is ipcMem on the CUDA driver.
+type cudaIPC struct {
+	dev     cuda.Device
+	streams []*cuda.Stream // by peer: the stream its copier copies on
+
+	mu    sync.Mutex
+	maps  []*ipcCache                    // by peer
+	stage map[int64][]cuda.Slice[byte]  // free staging allocations, by size
+	all   []cuda.Slice[byte]            // every staging allocation
+	words cuda.Pinned[uint64]
+	base  uintptr // the words' device address
+	vals  []uint64
+	free  []int
+}
+
+// ipcCache is the mappings of one peer's memory, most recently used first.
+type ipcCache struct {
+	byID map[uint64]*list.Element
+	lru  list.List // of *ipcMapping
+}
+
+type ipcMapping struct {
+	id uint64
+	s  cuda.Slice[byte]
+}
+
+// newCudaIPC makes the IPC path's memory side on dev for the peers of on:
+// a copy stream for each.
+func newCudaIPC(dev cuda.Device, on []bool) (*cudaIPC, error) {
+	m := &cudaIPC{dev: dev, streams: make([]*cuda.Stream, len(on)), maps: make([]*ipcCache, len(on)), stage: map[int64][]cuda.Slice[byte]{}}
+	for p, yes := range on {
+		if !yes {
+			continue
+		}
+		s, err := cuda.NewStream(dev)
+		if err != nil {
+			m.close()
+			return nil, fmt.Errorf("nccl: creating the IPC path's copy stream on %v: %w", dev, err)
+		}
+		m.streams[p] = s
+		m.maps[p] = &ipcCache{byID: map[uint64]*list.Element{}}
+	}
+	return m, nil
+}
+
+// view is buf's device memory as a Slice of bytes.
+func (m *cudaIPC) view(buf backend.Buffer) cuda.Slice[byte] {
+	return cuda.ByteView(uintptr(buf.Ptr), buf.Len(), m.dev)
+}
+
+// hostView is buf's host memory as bytes.
+func hostView(buf backend.Buffer) []byte {
+	if buf.Len() == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(buf.Ptr), buf.Len())
+}
+
+func (m *cudaIPC) readOut(dst []byte, buf backend.Buffer) error {
+	if buf.Mem == backend.Host {
+		copy(dst, hostView(buf))
+		return nil
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	return cuda.CopyToHost(dst, m.view(buf))
+}
+
+func (m *cudaIPC) export(buf backend.Buffer) (ipcSource, error) {
+	n := buf.Len()
+	if buf.Mem == backend.Device {
+		r, err := cuda.ExportIPC(m.dev, uintptr(buf.Ptr), n)
+		return ipcSource{region: r}, err
+	}
+	s, err := m.getStage(n)
+	if err != nil {
+		return ipcSource{}, err
+	}
+	part, _ := s.Sub(0, n)
+	if err := cuda.CopyToDevice(part, hostView(buf)); err != nil {
+		m.putStage(s)
+		return ipcSource{}, err
+	}
+	r, err := cuda.ExportIPC(m.dev, s.Ptr(), n)
+	if err != nil {
+		m.putStage(s)
+		return ipcSource{}, err
+	}
+	return ipcSource{region: r, release: func() { m.putStage(s) }}, nil
+}
+
+// getStage returns a staging allocation of at least n bytes (a power of
+// two from ipcStageMin), reused or new.
+func (m *cudaIPC) getStage(n int64) (cuda.Slice[byte], error) {
+	size := int64(ipcStageMin)
+	if n > size {
+		size = int64(1) << bits.Len64(uint64(n-1))
+	}
+	m.mu.Lock()
+	if l := m.stage[size]; len(l) > 0 {
+		s := l[len(l)-1]
+		m.stage[size] = l[:len(l)-1]
+		m.mu.Unlock()
+		return s, nil
+	}
+	m.mu.Unlock()
+	s, err := cuda.Alloc[byte](m.dev, size)
+	if err != nil {
+		return s, fmt.Errorf("allocating %d bytes of device memory to stage a host buffer: %w", size, err)
+	}
+	m.mu.Lock()
+	m.all = append(m.all, s)
+	m.mu.Unlock()
+	return s, nil
+}
+
+func (m *cudaIPC) putStage(s cuda.Slice[byte]) {
+	m.mu.Lock()
+	m.stage[s.Len()] = append(m.stage[s.Len()], s)
+	m.mu.Unlock()
+}
+
+func (m *cudaIPC) writeIn(peer int, buf backend.Buffer, data []byte) error {
+	if buf.Mem == backend.Host {
+		copy(hostView(buf), data)
+		return nil
+	}
+	dst, _ := m.view(buf).Sub(0, int64(len(data)))
+	s := m.streams[peer]
+	if err := cuda.CopyToDeviceAsync(dst, data, s); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
+func (m *cudaIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64) error {
+	mapped, err := m.mapping(peer, r)
+	if err != nil {
+		return err
+	}
+	src, err := mapped.Sub(r.Offset, r.Offset+n)
+	if err != nil {
+		return err
+	}
+	if buf.Mem == backend.Host {
+		return cuda.CopyToHost(hostView(buf)[:n], src)
+	}
+	dst, _ := m.view(buf).Sub(0, n)
+	s := m.streams[peer]
+	if err := cuda.CopyDeviceAsync(dst, src, s); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
+// mapping returns the open mapping of r's allocation of peer's, opening
+// it (and closing the least recently used one past ipcCacheMax) if need
+// be. Only peer's copier calls it for peer.
+func (m *cudaIPC) mapping(peer int, r cuda.IPCRegion) (cuda.Slice[byte], error) {
+	c := m.maps[peer]
+	if e, ok := c.byID[r.ID]; ok {
+		c.lru.MoveToFront(e)
+		return e.Value.(*ipcMapping).s, nil
+	}
+	s, err := cuda.OpenIPC[byte](m.dev, r.Handle, r.Size)
+	if err != nil {
+		return s, fmt.Errorf("opening the sender's memory (allocation %d, %d bytes): %w", r.ID, r.Size, err)
+	}
+	c.byID[r.ID] = c.lru.PushFront(&ipcMapping{id: r.ID, s: s})
+	for c.lru.Len() > ipcCacheMax {
+		old := c.lru.Remove(c.lru.Back()).(*ipcMapping)
+		delete(c.byID, old.id)
+		old.s.CloseIPC()
+	}
+	return s, nil
+}
+
+// open reports how many mappings of peer's memory are open (tests).
+func (m *cudaIPC) open(peer int) int { return m.maps[peer].lru.Len() }
+
+func (m *cudaIPC) follow(peer int, ev *cuda.Event) error {
+	return m.streams[peer].WaitEvent(ev)
+}
+
+func (m *cudaIPC) newSlot() (int, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.vals == nil {
+		w, err := cuda.HostAlloc[uint64](ipcSlots)
+		if err != nil {
+			return 0, 0, fmt.Errorf("nccl: allocating the IPC path's completion words: %w", err)
+		}
+		base, err := w.DevicePtr()
+		if err != nil {
+			w.Free()
+			return 0, 0, fmt.Errorf("nccl: the IPC path's completion words: %w", err)
+		}
+		m.words, m.base, m.vals = w, base, make([]uint64, ipcSlots)
+		for i := ipcSlots - 1; i >= 0; i-- {
+			m.free = append(m.free, i)
+		}
+	}
+	if len(m.free) == 0 {
+		return 0, 0, fmt.Errorf("%w: more than %d stream-ordered operations in flight on the IPC path", backend.ErrNotSupported, ipcSlots)
+	}
+	k := m.free[len(m.free)-1]
+	m.free = m.free[:len(m.free)-1]
+	m.vals[k]++
+	return k, m.vals[k], nil
+}
+
+func (m *cudaIPC) signal(slot int, v uint64) {
+	atomic.StoreUint64(&m.words.Slice()[slot], v)
+	m.mu.Lock()
+	m.free = append(m.free, slot)
+	m.mu.Unlock()
+}
+
+func (m *cudaIPC) waitSlot(s *cuda.Stream, slot int, v uint64) error {
+	return s.WaitValue64(m.base+uintptr(slot)*8, v)
+}
+
+func (m *cudaIPC) close() error {
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	for p, c := range m.maps {
+		if c == nil {
+			continue
+		}
+		for e := c.lru.Front(); e != nil; e = e.Next() {
+			keep(e.Value.(*ipcMapping).s.CloseIPC())
+		}
+		m.maps[p] = nil
+	}
+	for p, s := range m.streams {
+		if s != nil {
+			keep(s.Synchronize())
+			keep(s.Destroy())
+			m.streams[p] = nil
+		}
+	}
+	for _, s := range m.all {
+		keep(s.Free())
+	}
+	m.all, m.stage = nil, nil
+	if m.vals != nil {
+		keep(m.words.Free())
+		m.vals = nil
+	}
+	return first
+}
