@@ -429,12 +429,12 @@ func Live() (device, host int) {
 // return.
 type memTable struct {
 	mu     sync.RWMutex
-	device map[uintptr]int64 // start → bytes
+	device map[uintptr]int64  // start → bytes
 	ids    map[uintptr]uint64 // start → the allocation's number (ExportIPC), never reused
 	nextID uint64
 	export map[uintptr]IPCHandle // start → its handle, once ExportIPC asked for it
-	opened map[uintptr]int64 // other processes' memory, mapped by OpenIPC: start → bytes
-	host   []span            // sorted by start; never overlapping
+	opened map[uintptr]int64     // other processes' memory, mapped by OpenIPC: start → bytes
+	host   []span                // sorted by start; never overlapping
 }
 
 type span struct {

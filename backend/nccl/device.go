@@ -21,15 +21,15 @@ import (
 // close (freeing device memory may wait for the device to be idle, which a
 // pending receive prevents).
 type device struct {
-	lib     *library
-	hooks   *devHooks
-	dev     cuda.Device
-	rank    int            // this rank
-	size    int            // ranks in the job
-	comms   []uintptr      // by channel; 0 for none (this rank's own), and once aborted or destroyed
+	lib   *library
+	hooks *devHooks
+	dev   cuda.Device
+	rank  int       // this rank
+	size  int       // ranks in the job
+	comms []uintptr // by channel; 0 for none (this rank's own), and once aborted or destroyed
 	// skip, by peer rank: the pair has no channels (its messages take the
 	// IPC path); nil: every pair has them.
-	skip []bool
+	skip    []bool
 	streams []*cuda.Stream // by channel
 	ops     cOps           // reused by every launch
 

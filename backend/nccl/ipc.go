@@ -73,9 +73,9 @@ type ipcDesc struct {
 	count  int64
 	tag    int32
 	typ    backend.DType
-	inline bool             // the payload follows the descriptor
-	region cuda.IPCRegion   // where the payload lies (not inline, not empty)
-	data   []byte           // the inline payload (a view of the reader's buffer)
+	inline bool           // the payload follows the descriptor
+	region cuda.IPCRegion // where the payload lies (not inline, not empty)
+	data   []byte         // the inline payload (a view of the reader's buffer)
 }
 
 // bytes is the payload's size.

@@ -70,9 +70,9 @@ type cudaIPC struct {
 	streams []*cuda.Stream // by peer: the stream its copier copies on
 
 	mu    sync.Mutex
-	maps  []*ipcCache                    // by peer
-	stage map[int64][]cuda.Slice[byte]  // free staging allocations, by size
-	all   []cuda.Slice[byte]            // every staging allocation
+	maps  []*ipcCache                  // by peer
+	stage map[int64][]cuda.Slice[byte] // free staging allocations, by size
+	all   []cuda.Slice[byte]           // every staging allocation
 	words cuda.Pinned[uint64]
 	base  uintptr // the words' device address
 	vals  []uint64

@@ -69,7 +69,7 @@ type opening struct {
 	hellos                  []hello
 	ipc                     []bool   // by rank: the pair meets through CUDA IPC (nil: none does)
 	ipcMem                  *cudaIPC // the IPC path's memory side (nil: no pair)
-	world                   bool // there is a communicator of every rank
+	world                   bool     // there is a communicator of every rank
 	eng                     *device
 	ctl                     *control
 	fam                     *family // a derived communicator's parent's (nil: a new one)
