@@ -78,12 +78,15 @@ func TestFakeGPU(t *testing.T) {
 	// the fake's streams), so they run side by side, the conformance suite
 	// in children of its own; each child still runs its tests one at a
 	// time, as they set the fake's variables.
-	type config struct{ blocking, noMemOps, events, shared string }
+	type config struct{ blocking, noMemOps, events, shared, device string }
 	first := config{}
 	second := config{blocking: "0", noMemOps: "1", shared: "0"}
 	// Blocking communicators with events (the seal recorded in the
 	// launch's C call).
 	third := config{events: "1"}
+	// Every rank on fake GPU 0: the IPC path (ipc_fakegpu_test.go), and
+	// the conformance suite over it.
+	shared := config{device: "0"}
 	const conformance = "^TestFakeGPUChildConformance$"
 	// Its two halves, in children of their own.
 	const checked, unchecked = conformance + "/^checked$", conformance + "/^unchecked$"
@@ -96,6 +99,8 @@ func TestFakeGPU(t *testing.T) {
 		{"^TestFakeGPUChild", conformance, first},
 		{"^TestFakeGPUChild", conformance, second},
 		{"^TestFakeGPUChild(Device|Allocs)$", "", third},
+		{"^TestFakeGPUChildIPC", "", shared},
+		{checked, "", shared},
 	}
 	if testscope.Full() {
 		children = append(children, child{unchecked, "", first})
@@ -114,7 +119,8 @@ func TestFakeGPU(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), fakeGPUChildEnv+"=1", "COURIER_CUDA_LIBRARY="+lib, LibraryEnv+"="+lib, "COURIER_REQUIRE_GPU=",
-			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps, EventsEnv+"="+run.events, SharedStreamEnv+"="+run.shared)
+			BlockingEnv+"="+run.blocking, "FAKEGPU_NO_MEMOPS="+run.noMemOps, EventsEnv+"="+run.events, SharedStreamEnv+"="+run.shared,
+			DeviceEnv+"="+run.device)
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
@@ -123,8 +129,8 @@ func TestFakeGPU(t *testing.T) {
 	}
 	wg.Wait()
 	for i, run := range children {
-		what := fmt.Sprintf("the child (-test.run=%s -test.skip=%s, %s=%q, FAKEGPU_NO_MEMOPS=%q, %s=%q, %s=%q)",
-			run.tests, run.skip, BlockingEnv, run.blocking, run.noMemOps, EventsEnv, run.events, SharedStreamEnv, run.shared)
+		what := fmt.Sprintf("the child (-test.run=%s -test.skip=%s, %s=%q, FAKEGPU_NO_MEMOPS=%q, %s=%q, %s=%q, %s=%q)",
+			run.tests, run.skip, BlockingEnv, run.blocking, run.noMemOps, EventsEnv, run.events, SharedStreamEnv, run.shared, DeviceEnv, run.device)
 		if errs[i] != nil {
 			t.Errorf("%s: %v\n%s", what, errs[i], outs[i])
 		} else if testing.Verbose() {

@@ -65,13 +65,23 @@
 //     used, a thread of the fake's runs the streams every few
 //     microseconds, as a GPU would, so that a CPU polling memory sees the
 //     work finish; with FAKEGPU_NO_MEMOPS=1 in the environment they answer
-//     CUDA_ERROR_NOT_SUPPORTED;
+//     CUDA_ERROR_NOT_SUPPORTED; a stream synchronized while it waits for
+//     a word waits for the word (up to 10 s), one held by anything else
+//     fails at once;
+//   - device memory is a memory file, so that CUDA IPC works in one
+//     process: cuIpcGetMemHandle of an allocation's start, and
+//     cuIpcOpenMemHandle maps the file again at an address of its own (a
+//     handle of freed memory is refused; a mapping open when its memory is
+//     freed stays valid until cuIpcCloseMemHandle);
 //   - ncclCommFinalize completes only once every rank of the communicator
 //     has called it (NCCL's finalize ends with a barrier of the ranks on
 //     a host), and ncclCommDestroy of a communicator not finalized, which
 //     would run that barrier inside, is an error.
 
+#define _GNU_SOURCE
 #include <limits.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -153,8 +163,25 @@ struct mem {
 	char *p;
 	size_t n;
 	int dev; // -1: page-locked host memory
+	// Device memory is a memory file mapped here (fd), so that an IPC
+	// handle of it can be mapped again at another address (cuIpcOpenMemHandle,
+	// within this process: the ranks of the tests share it). serial names
+	// the allocation in its handles; opened marks such a mapping, which
+	// cuIpcCloseMemHandle, not cuMemFree, ends.
+	int fd;
+	uint64_t serial;
+	int opened;
 	struct mem *next;
 };
+
+static uint64_t mem_serials;
+
+// The address and size of the last device allocation freed: the next one
+// of the same size takes the same address if it is still free, as a GPU's
+// allocator often does, so the tests meet memory reused at an address a
+// peer has seen (and may have a stale mapping of).
+static void *freed_at;
+static size_t freed_n;
 
 static struct mem *mems;
 
@@ -761,10 +788,28 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
 	CUresult r = need_ctx();
 	if (r) return r;
 	if (n == 0) return CU_INVALID_VALUE;
-	struct mem *m = malloc(sizeof *m);
-	m->p = calloc(1, n);
+	struct mem *m = calloc(1, sizeof *m);
+	m->fd = memfd_create("fakegpu", MFD_CLOEXEC);
+	if (m->fd < 0 || ftruncate(m->fd, (off_t)n) != 0) {
+		if (m->fd >= 0) close(m->fd);
+		free(m);
+		return CU_OUT_OF_MEMORY;
+	}
+	LOCK();
+	void *hint = freed_n == n ? freed_at : NULL;
+	freed_at = NULL, freed_n = 0;
+	UNLOCK();
+	m->p = MAP_FAILED;
+	if (hint != NULL) m->p = mmap(hint, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, m->fd, 0);
+	if (m->p == MAP_FAILED) m->p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+	if (m->p == MAP_FAILED) {
+		close(m->fd);
+		free(m);
+		return CU_OUT_OF_MEMORY;
+	}
 	m->n = n;
 	LOCK();
+	m->serial = ++mem_serials;
 	m->dev = cur()->dev;
 	m->next = mems;
 	mems = m;
@@ -777,9 +822,15 @@ static CUresult free_mem(void *p, int dev) {
 	LOCK();
 	for (struct mem **pm = &mems; *pm; pm = &(*pm)->next) {
 		struct mem *m = *pm;
-		if (m->p == p && m->dev == dev) {
+		if (m->p == p && m->dev == dev && !m->opened) {
 			*pm = m->next;
-			free(m->p);
+			if (dev >= 0) {
+				munmap(m->p, m->n);
+				close(m->fd);
+				freed_at = m->p, freed_n = m->n;
+			} else {
+				free(m->p);
+			}
 			free(m);
 			UNLOCK();
 			return CU_OK;
@@ -795,11 +846,120 @@ CUresult cuMemFree_v2(unsigned long long p) {
 	return free_mem((void *)(uintptr_t)p, cur()->dev);
 }
 
+// --- interprocess memory ---
+//
+// A handle holds the allocation's serial number, its memory file and its
+// size. Opening one maps the file again, at an address of its own, on the
+// opening context's device; the allocation must still be live then (a
+// handle of freed memory is CU_INVALID_VALUE: its file is closed, and its
+// number may be reused), but a mapping open when it is freed stays valid
+// until closed, as on a GPU. Opening on the device that exported it, in
+// the process that did, is allowed here (the tests' ranks share one
+// process); on a GPU only another process can.
+
+struct ipc_handle {
+	char magic[8]; // "fakegpu"
+	uint64_t serial;
+	uint64_t size;
+	int32_t fd;
+	char pad[36];
+};
+
+CUresult cuMemGetAddressRange_v2(unsigned long long *base, size_t *size, unsigned long long p) {
+	CUresult r = need_ctx();
+	if (r) return r;
+	LOCK();
+	for (struct mem *m = mems; m != NULL; m = m->next) {
+		uintptr_t s = (uintptr_t)m->p, a = (uintptr_t)p;
+		if (m->dev >= 0 && a >= s && a - s < m->n) {
+			if (base) *base = (unsigned long long)s;
+			if (size) *size = m->n;
+			UNLOCK();
+			return CU_OK;
+		}
+	}
+	UNLOCK();
+	return CU_INVALID_VALUE;
+}
+
+CUresult cuIpcGetMemHandle(struct ipc_handle *h, unsigned long long p) {
+	CUresult r = need_ctx();
+	if (r) return r;
+	LOCK();
+	for (struct mem *m = mems; m != NULL; m = m->next) {
+		if (m->dev >= 0 && (uintptr_t)m->p == (uintptr_t)p && !m->opened) {
+			memset(h, 0, sizeof *h);
+			memcpy(h->magic, "fakegpu", 8);
+			h->serial = m->serial;
+			h->size = m->n;
+			h->fd = m->fd;
+			UNLOCK();
+			return CU_OK;
+		}
+	}
+	UNLOCK();
+	return CU_INVALID_VALUE;
+}
+
+CUresult cuIpcOpenMemHandle_v2(unsigned long long *p, struct ipc_handle h, unsigned int flags) {
+	(void)flags;
+	CUresult r = need_ctx();
+	if (r) return r;
+	if (memcmp(h.magic, "fakegpu", 8) != 0) return CU_INVALID_VALUE;
+	LOCK();
+	struct mem *src = NULL;
+	for (struct mem *m = mems; m != NULL; m = m->next) {
+		if (m->dev >= 0 && !m->opened && m->serial == h.serial) src = m;
+	}
+	if (src == NULL || src->n != h.size || src->fd != h.fd) {
+		UNLOCK();
+		return CU_INVALID_VALUE; // freed, or never exported
+	}
+	struct mem *m = calloc(1, sizeof *m);
+	m->fd = dup(src->fd);
+	m->n = src->n;
+	m->serial = src->serial;
+	m->opened = 1;
+	m->dev = cur()->dev;
+	m->p = mmap(NULL, m->n, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+	if (m->p == MAP_FAILED) {
+		close(m->fd);
+		free(m);
+		UNLOCK();
+		return CU_OUT_OF_MEMORY;
+	}
+	m->next = mems;
+	mems = m;
+	UNLOCK();
+	*p = (unsigned long long)(uintptr_t)m->p;
+	return CU_OK;
+}
+
+CUresult cuIpcCloseMemHandle(unsigned long long p) {
+	CUresult r = need_ctx();
+	if (r) return r;
+	LOCK();
+	for (struct mem **pm = &mems; *pm; pm = &(*pm)->next) {
+		struct mem *m = *pm;
+		if (m->opened && (uintptr_t)m->p == (uintptr_t)p) {
+			*pm = m->next;
+			munmap(m->p, m->n);
+			close(m->fd);
+			free(m);
+			UNLOCK();
+			return CU_OK;
+		}
+	}
+	UNLOCK();
+	return CU_INVALID_VALUE;
+}
+
 CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
 	CUresult r = need_ctx();
 	if (r) return r;
 	(void)flags;
-	struct mem *m = malloc(sizeof *m);
+	struct mem *m = calloc(1, sizeof *m);
+	m->fd = -1;
 	m->p = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
 	m->n = n;
 	m->dev = -1;
@@ -967,6 +1127,17 @@ CUresult cuStreamSynchronize(struct stream *s) {
 		return r;
 	}
 	advance();
+	// A stream held by a wait for a word in memory waits, as on a GPU,
+	// for the CPU (or another stream) to write it, up to 10 s; one held
+	// by anything else (an NCCL operation whose partner never came)
+	// cannot finish, and says so at once.
+	for (int i = 0; i < 1000000 && s && s->head && s->head->kind == W_WAIT64; i++) {
+		UNLOCK();
+		struct timespec ts = {0, 10000};
+		nanosleep(&ts, NULL);
+		LOCK();
+		advance();
+	}
 	r = s && s->head ? CU_LAUNCH_TIMEOUT : CU_OK;
 	UNLOCK();
 	return r;

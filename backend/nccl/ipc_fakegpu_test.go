@@ -1,0 +1,235 @@
+//go:build cgo
+
+package nccl
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
+)
+
+// The IPC path on the real engine and C layer over the fake GPU: the
+// child of TestFakeGPU that runs these sets COURIER_DEVICE=0, so every
+// rank of a job uses fake GPU 0, and the fake maps exported device memory
+// again at an address of its own (a memory file), as a GPU's IPC does in
+// another process.
+
+// sharedGPUJob opens an n-rank job whose ranks share one GPU, and checks that
+// they meet through the IPC path, with no channel between them.
+func sharedGPUJob(t *testing.T, n int, check bool) []*conn {
+	t.Helper()
+	fakeGPUChild(t)
+	if os.Getenv(DeviceEnv) != "0" {
+		t.Skipf("runs in the child of TestFakeGPU with %s=0", DeviceEnv)
+	}
+	cs := realJob(t, n, check)
+	for _, c := range cs {
+		for p := range n {
+			if p != c.rank && c.ipcPeerOf(p) == nil {
+				t.Fatalf("rank %d: rank %d shares its GPU but is not on the IPC path", c.rank, p)
+			}
+		}
+		if c.world {
+			t.Fatalf("rank %d has a communicator of every rank, which NCCL cannot make on one GPU", c.rank)
+		}
+	}
+	return cs
+}
+
+// Device and host memory, inline and exported, both ways at once and one
+// way, with and without checks; a message longer than its receive is
+// ErrTruncate even without checks.
+func TestFakeGPUChildIPC(t *testing.T) {
+	for _, check := range []bool{false, true} {
+		cs := sharedGPUJob(t, 2, check)
+		for _, n := range []int{0, 8, ipcInline, ipcInline + 1, 3 << 20} {
+			for _, dev := range []bool{false, true} {
+				ranks(cs, func(r int, c *conn) {
+					peer := 1 - r
+					out, in := pattern(n, uint64(n+r)), make([]byte, n)
+					sb, rb := bufOf(out, backend.Uint8), bufOf(in, backend.Uint8)
+					var ds, dr cuda.Slice[byte]
+					if dev {
+						ds, dr = devBuf(t, c, int64(n)), devBuf(t, c, int64(n))
+						toDevice(t, ds, out)
+						sb, rb = devDesc(c, ds), devDesc(c, dr)
+					}
+					// Both ways at once: the receive first, as Sendrecv does.
+					q := irecv(t, c, rb, peer, 7)
+					s := isend(t, c, sb, peer, 7)
+					st, err := q.Wait(testWait)
+					q.Release()
+					waitAll(t, s)
+					if err != nil || st != (backend.Status{Source: peer, Tag: 7, Count: int64(n)}) {
+						t.Errorf("check=%v, %d bytes, device %v: %v, %+v", check, n, dev, err, st)
+						return
+					}
+					if dev {
+						in = fromDevice(t, dr)
+					}
+					if !bytes.Equal(in, pattern(n, uint64(n+peer))) {
+						t.Errorf("check=%v, %d bytes, device %v: wrong data", check, n, dev)
+					}
+				})
+			}
+		}
+		// Too long for its receive, inline and exported.
+		for _, n := range []int{64, 1 << 20} {
+			ranks(cs, func(r int, c *conn) {
+				d := devBuf(t, c, int64(n))
+				if r == 0 {
+					waitAll(t, isend(t, c, devDesc(c, d), 1, 8))
+					return
+				}
+				short, _ := d.Sub(0, int64(n/2))
+				q := irecv(t, c, devDesc(c, short), 0, 8)
+				_, err := q.Wait(testWait)
+				q.Release()
+				if !errors.Is(err, backend.ErrTruncate) {
+					t.Errorf("check=%v: %d bytes into %d: %v, want ErrTruncate", check, n, n/2, err)
+				}
+			})
+		}
+	}
+}
+
+// A send buffer freed and another allocated at the same address,
+// between two messages: the second message's data arrives, never the
+// first's through a stale mapping. Thousands of distinct buffers keep the
+// receiver's open mappings within ipcCacheMax.
+func TestFakeGPUChildIPCMappings(t *testing.T) {
+	cs := sharedGPUJob(t, 2, false)
+	const n = 1 << 20
+	var addrs [2]uintptr
+	for i := range 2 {
+		ranks(cs, func(r int, c *conn) {
+			if r == 0 {
+				s, err := cuda.Alloc[byte](cuda.Device(c.dev), n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				addrs[i] = s.Ptr()
+				toDevice(t, s, pattern(n, uint64(100+i)))
+				waitAll(t, isend(t, c, devDesc(c, s), 1, 1))
+				if err := s.Free(); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			d := devBuf(t, c, n)
+			waitAll(t, irecv(t, c, devDesc(c, d), 0, 1))
+			if !bytes.Equal(fromDevice(t, d), pattern(n, uint64(100+i))) {
+				t.Errorf("message %d: wrong data (a stale mapping?)", i)
+			}
+		})
+	}
+	if addrs[0] != addrs[1] {
+		// The fake reuses a freed allocation's address for the next of
+		// its size: without that, this would test nothing.
+		t.Fatalf("the second allocation is at %#x, the first was at %#x", addrs[1], addrs[0])
+	}
+	const buffers = 300
+	ranks(cs, func(r int, c *conn) {
+		if r == 0 {
+			for i := range buffers {
+				s, err := cuda.Alloc[byte](cuda.Device(c.dev), ipcInline+8)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				toDevice(t, s, pattern(ipcInline+8, uint64(i)))
+				waitAll(t, isend(t, c, devDesc(c, s), 1, 2))
+				s.Free()
+			}
+			return
+		}
+		d := devBuf(t, c, ipcInline+8)
+		for i := range buffers {
+			waitAll(t, irecv(t, c, devDesc(c, d), 0, 2))
+			if i%100 == 0 && !bytes.Equal(fromDevice(t, d), pattern(ipcInline+8, uint64(i))) {
+				t.Errorf("buffer %d: wrong data", i)
+			}
+		}
+	})
+	if open := cs[1].ipc.mem.(*cudaIPC).open(0); open > ipcCacheMax {
+		t.Errorf("rank 1 keeps %d mappings of rank 0's memory open, more than %d", open, ipcCacheMax)
+	}
+}
+
+// A rank that aborts while its peer waits: the peer's receive of a message
+// never sent, and its send that was never received, end with ErrPeerLost.
+func TestFakeGPUChildIPCPeerLost(t *testing.T) {
+	cs := sharedGPUJob(t, 2, false)
+	d := devBuf(t, cs[1], 1<<20)
+	q := irecv(t, cs[1], devDesc(cs[1], d), 0, 3)
+	s := isend(t, cs[1], devDesc(cs[1], d), 0, 4)
+	cs[0].Abort(errors.New("rank 0 gives up"))
+	for _, r := range []backend.Request{q, s} {
+		if _, err := r.Wait(testWait); !errors.Is(err, backend.ErrPeerLost) {
+			t.Errorf("%v, want ErrPeerLost", err)
+		}
+		r.Release()
+	}
+}
+
+// Stream-ordered operations: IsendOn after a kernel-like copy on the
+// sender's stream, IrecvOn whose stream then copies the data on, WaitOn
+// for a plain receive.
+func TestFakeGPUChildIPCStreams(t *testing.T) {
+	cs := sharedGPUJob(t, 2, false)
+	const n = 1 << 20
+	ranks(cs, func(r int, c *conn) {
+		s := mustStream(t, c)
+		a, b := devBuf(t, c, n), devBuf(t, c, n)
+		if r == 0 {
+			src := devBuf(t, c, n)
+			toDevice(t, src, pattern(n, 5))
+			// a is written on s, and the send ordered after it.
+			if err := cuda.CopyDeviceAsync(a, src, s); err != nil {
+				t.Error(err)
+			}
+			q, err := c.IsendOn(devDesc(c, a), 1, 1, 0, s)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			waitAll(t, q)
+			waitAll(t, isend(t, c, devDesc(c, src), 1, 2))
+			return
+		}
+		q, err := c.IrecvOn(devDesc(c, a), 0, 1, 0, s)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := cuda.CopyDeviceAsync(b, a, s); err != nil { // after the receive, on the GPU
+			t.Error(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Error(err)
+		}
+		waitAll(t, q)
+		if !bytes.Equal(fromDevice(t, b), pattern(n, 5)) {
+			t.Error("IrecvOn: the stream's copy did not see the message")
+		}
+		q2 := irecv(t, c, devDesc(c, a), 0, 2)
+		if err := WaitOn(q2, s); err != nil {
+			t.Errorf("WaitOn: %v", err)
+		}
+		if err := cuda.CopyDeviceAsync(b, a, s); err != nil {
+			t.Error(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Error(err)
+		}
+		waitAll(t, q2)
+		if !bytes.Equal(fromDevice(t, b), pattern(n, 5)) {
+			t.Error("WaitOn: the stream's copy did not see the message")
+		}
+	})
+}
