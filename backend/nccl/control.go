@@ -89,10 +89,14 @@ type control struct {
 }
 
 // openControl opens the host connection: a tcp communicator among the same
-// ranks, found through cfg.Exchange (one more AllGather).
-func openControl(ctx context.Context, cfg backend.Config) (*control, error) {
+// ranks, found through cfg.Exchange (one more AllGather). With sameHost
+// (some ranks share a GPU, and so a host: the IPC path's DESC and DONE
+// travel on it), the ranks of one host meet through shared memory
+// instead, as the "host" driver does, unless COURIER_TRANSPORTS says
+// otherwise.
+func openControl(ctx context.Context, cfg backend.Config, sameHost ...bool) (*control, error) {
 	cfg.Check = false
-	tc, err := tcp.Driver{}.Open(ctx, cfg)
+	tc, err := tcp.Driver{Host: len(sameHost) > 0 && sameHost[0]}.Open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("nccl: opening the host connection to the other ranks: %w", err)
 	}

@@ -21,14 +21,21 @@ import (
 //
 //   - DESC, sender to receiver, one per message, in order: the envelope
 //     (sequence number, tag, element type, count) and either the payload
-//     itself (a message of up to ipcInline bytes, copied out of the send
-//     buffer when the send is described: the send then completes at once,
-//     as a small message does on tcp) or where it lies (the region of the
-//     sender's allocation: handle, number, offset, size; see
-//     cuda.ExportIPC);
+//     itself (a message of up to ipcInline bytes in host memory, copied
+//     out of the send buffer when the send is described: the send then
+//     completes at once, as a small message does on tcp) or where it lies
+//     (the region of the sender's allocation: handle, number, offset,
+//     size; see cuda.ExportIPC). A device buffer is never inline, however
+//     small: reading it would be a copy on the sender's side too, and the
+//     GPU switching between the two processes' contexts for it costs what
+//     the whole message does (some 150 µs on an H200); the receiver's one
+//     copy out of the mapping is all the GPU does per message;
 //   - DONE, receiver to sender, for each message that was not inline,
 //     once the receiver's copy has finished: the send completes then, and
 //     only then may its buffer change.
+//
+// The host connection is shared memory between the ranks of one host
+// (openControl), so DESC and DONE take a microsecond or so each.
 //
 // Each rank of the pair runs, for the other, a sender (describes the
 // sends posted, in order), a DESC reader, a copier (copies each matched
@@ -400,7 +407,7 @@ func (c *conn) ipcDescribe(ip *ipcPeer, r *request, buf []byte) {
 	d := ipcDesc{tag: int32(r.tag), typ: r.buf.Type, count: r.buf.Count}
 	n := r.buf.Len()
 	var src ipcSource
-	if n <= ipcInline {
+	if n == 0 || n <= ipcInline && r.buf.Mem == backend.Host {
 		d.inline = true
 		d.data = buf[ipcDescSize : ipcDescSize+n]
 		if err := c.ipc.mem.readOut(d.data, r.buf); err != nil {

@@ -105,6 +105,7 @@ func TestFakeGPUChildIPCMappings(t *testing.T) {
 	cs := sharedGPUJob(t, 2, false)
 	const n = 1 << 20
 	var addrs [2]uintptr
+	d := devBuf(t, cs[1], n) // before: no other allocation between rank 0's two
 	for i := range 2 {
 		ranks(cs, func(r int, c *conn) {
 			if r == 0 {
@@ -121,7 +122,6 @@ func TestFakeGPUChildIPCMappings(t *testing.T) {
 				}
 				return
 			}
-			d := devBuf(t, c, n)
 			waitAll(t, irecv(t, c, devDesc(c, d), 0, 1))
 			if !bytes.Equal(fromDevice(t, d), pattern(n, uint64(100+i))) {
 				t.Errorf("message %d: wrong data (a stale mapping?)", i)

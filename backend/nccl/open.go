@@ -207,7 +207,7 @@ func (o *opening) makeChannels(ctx context.Context) error {
 	// else, touches the engine's memory.
 	defer o.startFlags()()
 	if o.ctl == nil { // a derived communicator's is given
-		if o.ctl, err = openControl(ctx, o.cfg); err != nil {
+		if o.ctl, err = openControl(ctx, o.cfg, o.ipc != nil); err != nil {
 			return err
 		}
 		o.trace.phase("the host connection open")
