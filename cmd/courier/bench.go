@@ -29,7 +29,8 @@ between ranks 0 and 1, with the backend COURIER_BACKEND names, and prints
 how long Init took and the heap allocations per message. Bandwidth is, with
 -pattern osu (the default), windows of non-blocking sends, each
 acknowledged (as the OSU benchmarks measure MPI); with -pattern stream, one
-run of back-to-back sends (as bench/nccl/p2p.c measures NCCL).
+run of back-to-back sends (as bench/nccl/p2p.c measures NCCL); with -pattern
+both, that run in both directions at once, the figure per direction.
 
 With -coll, it measures collectives instead, on every rank: LIST names
 some of allreduce, allgather, alltoall, reducescatter, bcast; float32
@@ -50,7 +51,7 @@ What to measure:
   -lat SIZES        latency message sizes (default 1,4096,65536,1048576)
   -bw SIZES         bandwidth message sizes
                     (default 4096,65536,1048576,4194304,67108864)
-  -pattern P        bandwidth pattern, osu or stream (default osu)
+  -pattern P        bandwidth pattern, osu, stream or both (default osu)
   -window N         sends in flight per bandwidth window of the osu
                     pattern, each window then acknowledged (default 64)
   -coll LIST        measure these collectives (comma-separated) instead of

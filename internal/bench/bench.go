@@ -5,7 +5,10 @@
 // (MPI, Gloo), windows of non-blocking sends of one size, each window
 // closed by a one-byte acknowledgement, and in the stream pattern
 // (bench/nccl/p2p.c), one long run of back-to-back non-blocking sends,
-// timed on both ranks, the slower counting.
+// timed on both ranks, the slower counting, and in the both pattern, the
+// stream pattern in both directions at once (each rank sends the run to
+// the other while it receives the other's, into a buffer of its own): the
+// figure is per direction, as bench/cuda/ipc.c's "both" is.
 package bench
 
 import (
@@ -34,7 +37,8 @@ type Config struct {
 	// LatencyTime is about how long the timed part of each latency
 	// measurement takes (0: DefaultLatencyTime).
 	LatencyTime time.Duration
-	// Pattern is "osu" (the default) or "stream" (see the package doc).
+	// Pattern is "osu" (the default), "stream" or "both" (see the package
+	// doc).
 	Pattern string
 	// Device makes the buffers GPU memory (cuda.Alloc on the rank's GPU)
 	// instead of host memory.
@@ -46,7 +50,7 @@ type Config struct {
 }
 
 // Patterns lists the values of Config.Pattern.
-var Patterns = []string{"osu", "stream"}
+var Patterns = []string{"osu", "stream", "both"}
 
 // Default is the OSU-like configuration of docs/benchmarks.md.
 func Default() Config {
@@ -94,6 +98,13 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 		return nil, err
 	}
 	defer m.free()
+	var back *mem // the both pattern's receive buffer
+	if cfg.Pattern == "both" {
+		if back, err = newMem(c, largest, cfg.Device); err != nil {
+			return nil, err
+		}
+		defer back.free()
+	}
 	var rows []Row
 	if len(cfg.LatencySizes) > 0 {
 		// Untimed round trips at the first size, so that the first row is
@@ -125,11 +136,15 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 			moved int64
 			err   error
 		)
-		if cfg.Pattern == "stream" {
+		if cfg.Pattern != "osu" {
 			count := int(min(max((8<<30)/int64(max(n, 1)), 3), 200))
-			if _, err = stream(c, m.sub(n), 3); err == nil { // warm up
+			var in *mem
+			if back != nil {
+				in = back.sub(n)
+			}
+			if _, err = stream(c, m.sub(n), in, 3); err == nil { // warm up
 				d, err = median(cfg.Reps, progress(c, cfg.Progress, "bandwidth", n),
-					func() (time.Duration, error) { return stream(c, m.sub(n), count) })
+					func() (time.Duration, error) { return stream(c, m.sub(n), in, count) })
 			}
 			moved = int64(n) * int64(count)
 		} else {
@@ -413,18 +428,32 @@ func bandwidth(c *mp.Comm, buf *mem, window, rounds int) (time.Duration, error) 
 // stream returns the time count back-to-back messages of buf take from
 // rank 0 to rank 1: each rank posts them all (Isend or Irecv) and waits
 // for them all; the slower rank's time counts (rank 1 reports its own).
-func stream(c *mp.Comm, buf *mem, count int) (time.Duration, error) {
-	reqs := make([]*mp.Request, count)
+// With in (the both pattern), rank 1 also sends count messages of buf to
+// rank 0 and rank 0 receives them into in, all at once.
+func stream(c *mp.Comm, buf, in *mem, count int) (time.Duration, error) {
+	n := count
+	if in != nil {
+		n *= 2
+	}
+	reqs := make([]*mp.Request, 0, n)
 	if err := mp.Barrier(c); err != nil {
 		return 0, err
 	}
 	start := time.Now()
-	for i := range reqs {
+	for range count {
 		switch c.Rank() {
 		case 0:
-			reqs[i] = buf.isend(c, 1, 2)
+			if in != nil {
+				reqs = append(reqs, in.irecv(c, 1, 6))
+			}
+			reqs = append(reqs, buf.isend(c, 1, 2))
 		case 1:
-			reqs[i] = buf.irecv(c, 0, 2)
+			if in != nil {
+				reqs = append(reqs, in.irecv(c, 0, 2))
+				reqs = append(reqs, buf.isend(c, 0, 6))
+			} else {
+				reqs = append(reqs, buf.irecv(c, 0, 2))
+			}
 		}
 	}
 	if err := mp.WaitAll(reqs...); err != nil {
