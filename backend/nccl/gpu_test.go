@@ -674,3 +674,90 @@ func BenchmarkGPUPrimitives(b *testing.B) {
 		s.Synchronize()
 	})
 }
+
+// TestGPUStreamPingPong: a ping-pong of stream-ordered messages of device
+// memory on one stream per rank (IsendOn, IrecvOn), each round's data
+// copied to the host on the same stream, as examples/pingpong -stream
+// does: into page-locked memory and, in its own subtest, into ordinary Go
+// memory (whose copy the driver makes the calling thread wait for).
+func TestGPUStreamPingPong(t *testing.T) {
+	for _, pinned := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pinned=%v", pinned), func(t *testing.T) {
+			c := openGPU(t, false)
+			if c.rank > 1 {
+				return
+			}
+			peer := 1 - c.rank
+			s := mustStream(t, c)
+			const n = 4096
+			d := devBuf(t, c, n)
+			host := make([]byte, n)
+			if pinned {
+				p, err := cuda.HostAlloc[byte](n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer p.Free()
+				host = p.Slice()
+			}
+			done := make(chan error, 1)
+			go func() {
+				var reqs []backend.Request
+				post := func(recv bool, tag int) error {
+					var r backend.Request
+					var err error
+					if recv {
+						r, err = c.IrecvOn(devDesc(c, d), peer, tag, 0, s)
+					} else {
+						r, err = c.IsendOn(devDesc(c, d), peer, tag, 0, s)
+					}
+					reqs = append(reqs, r)
+					return err
+				}
+				for i := range 20 {
+					var err error
+					if c.rank == 0 {
+						if err = cuda.CopyToDeviceAsync(d, pattern(n, uint64(i)), s); err == nil {
+							if err = post(false, 1); err == nil {
+								err = post(true, 2)
+							}
+						}
+					} else if err = post(true, 1); err == nil {
+						err = post(false, 2)
+					}
+					if err == nil {
+						err = cuda.CopyToHostAsync(host, d, s)
+					}
+					if err == nil {
+						err = s.Synchronize()
+					}
+					for _, r := range reqs {
+						if r != nil {
+							if _, werr := r.Wait(testWait); werr != nil && err == nil {
+								err = werr
+							}
+							r.Release()
+						}
+					}
+					reqs = reqs[:0]
+					if err == nil && !bytes.Equal(host, pattern(n, uint64(i))) {
+						err = fmt.Errorf("round %d: wrong data", i)
+					}
+					if err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the ping-pong did not finish in 20 s")
+			}
+		})
+	}
+}

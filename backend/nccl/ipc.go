@@ -505,12 +505,17 @@ func (c *conn) ipcDescReader(ip *ipcPeer) {
 	}
 }
 
-// ipcCopier copies each matched message into its receive, in the order
-// they matched, tells the sender (DONE) for a message of its memory, and
-// completes the receive.
+// ipcCopier copies the matched messages into their receives, in the
+// order they matched: it takes every pair waiting (up to ipcBatch),
+// queues their copies on the peer's copy stream, waits once for them all,
+// tells the sender (DONE) for each message of its memory, and completes
+// the receives. Copies of back-to-back messages so follow one another on
+// the GPU without a wait between them.
 func (c *conn) ipcCopier(ip *ipcPeer) {
 	defer c.wg.Done()
 	var done [ipcDoneSize]byte
+	batch := make([]ipcJob, 0, ipcBatch)
+	errs := make([]error, 0, ipcBatch)
 	for {
 		c.mu.Lock()
 		for len(ip.work) == 0 {
@@ -520,38 +525,61 @@ func (c *conn) ipcCopier(ip *ipcPeer) {
 			}
 			c.mu.Lock()
 		}
-		j := ip.work[0]
-		ip.work[0] = ipcJob{}
-		ip.work = ip.work[1:]
+		k := min(len(ip.work), ipcBatch)
+		batch = append(batch[:0], ip.work[:k]...)
+		clear(ip.work[:k])
+		ip.work = ip.work[k:]
 		c.mu.Unlock()
-		d := &j.m.d
-		err := j.verdict
-		if err == nil && d.bytes() > 0 && j.r.stage != stageDone {
-			if ev := c.takeAfter(j.r); ev != nil {
-				err = c.ipc.mem.follow(ip.rank, ev)
-				ev.Destroy()
+		errs = errs[:0]
+		queued := false
+		for _, j := range batch {
+			d := &j.m.d
+			err := j.verdict
+			if err == nil && d.bytes() > 0 && !j.r.done.Load() {
+				if ev := c.takeAfter(j.r); ev != nil {
+					err = c.ipc.mem.follow(ip.rank, ev)
+					ev.Destroy()
+				}
+				if err == nil && d.inline {
+					err = c.ipc.mem.writeIn(ip.rank, j.r.buf, j.m.data)
+				} else if err == nil {
+					err = c.ipc.mem.copyIn(ip.rank, j.r.buf, d.region, d.bytes())
+					queued = true
+				}
+				if err != nil {
+					err = fmt.Errorf("nccl: copying a message of %d bytes from rank %d: %w", d.bytes(), ip.rank, err)
+				}
 			}
-			if err == nil && d.inline {
-				err = c.ipc.mem.writeIn(ip.rank, j.r.buf, j.m.data)
-			} else if err == nil {
-				err = c.ipc.mem.copyIn(ip.rank, j.r.buf, d.region, d.bytes())
-			}
-			if err != nil {
-				err = fmt.Errorf("nccl: copying a message of %d bytes from rank %d: %w", d.bytes(), ip.rank, err)
+			errs = append(errs, err)
+		}
+		if queued {
+			if err := c.ipc.mem.settle(ip.rank); err != nil {
+				for i := range errs {
+					if errs[i] == nil {
+						errs[i] = fmt.Errorf("nccl: copying messages from rank %d: %w", ip.rank, err)
+					}
+				}
 			}
 		}
-		if !d.inline {
-			binary.LittleEndian.PutUint64(done[:], d.seq)
-			if sr, serr := c.ctl.tc.Isend(hostBytes(done[:]), ip.rank, ipcDoneTag, 0); serr == nil {
-				sr.Wait(0) // a sender that is gone needs no DONE
-				sr.Release()
+		for i, j := range batch {
+			d := &j.m.d
+			if !d.inline {
+				binary.LittleEndian.PutUint64(done[:], d.seq)
+				if sr, serr := c.ctl.tc.Isend(hostBytes(done[:]), ip.rank, ipcDoneTag, 0); serr == nil {
+					sr.Wait(0) // a sender that is gone needs no DONE
+					sr.Release()
+				}
 			}
+			c.mu.Lock()
+			c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, errs[i])
+			c.mu.Unlock()
 		}
-		c.mu.Lock()
-		c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, err)
-		c.mu.Unlock()
+		clear(batch)
 	}
 }
+
+// ipcBatch bounds the copies the copier queues before it waits for them.
+const ipcBatch = 64
 
 // ipcDoneReader completes the sends to ip's rank as their DONEs come.
 // When the host connection ends, the sends still waiting fail.

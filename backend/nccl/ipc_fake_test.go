@@ -60,6 +60,8 @@ func (m *hostIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64
 	return nil
 }
 
+func (m *hostIPC) settle(int) error { return nil }
+
 func (m *hostIPC) follow(int, *cuda.Event) error { return errNoStreams }
 
 func (m *hostIPC) newSlot() (int, uint64, error) { return 0, 0, errNoStreams }

@@ -29,11 +29,15 @@ type ipcMem interface {
 	// writeIn copies data into buf, a receive from peer.
 	writeIn(peer int, buf backend.Buffer, data []byte) error
 	// copyIn copies the first n bytes at the region of peer's memory
-	// into buf. The mapping of the region's allocation stays open for
+	// into buf: queued on peer's copy stream when buf is device memory
+	// (settle waits for it), done at once into host memory. The mapping
+	// of the region's allocation stays open for
 	// the next message from it (a bounded cache, keyed by the peer and
 	// the allocation's number, so a mapping is never used for another
 	// allocation at the same address).
 	copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64) error
+	// settle waits for the copies copyIn queued for peer.
+	settle(peer int) error
 	// follow makes peer's next copy start, on the GPU, after ev.
 	follow(peer int, ev *cuda.Event) error
 	// newSlot returns a completion word for a request a stream will wait
@@ -213,12 +217,10 @@ func (m *cudaIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64
 		return cuda.CopyToHost(hostView(buf)[:n], src)
 	}
 	dst, _ := m.view(buf).Sub(0, n)
-	s := m.streams[peer]
-	if err := cuda.CopyDeviceAsync(dst, src, s); err != nil {
-		return err
-	}
-	return s.Synchronize()
+	return cuda.CopyDeviceAsync(dst, src, m.streams[peer])
 }
+
+func (m *cudaIPC) settle(peer int) error { return m.streams[peer].Synchronize() }
 
 // mapping returns the open mapping of r's allocation of peer's, opening
 // it (and closing the least recently used one past ipcCacheMax) if need
@@ -235,6 +237,10 @@ func (m *cudaIPC) mapping(peer int, r cuda.IPCRegion) (cuda.Slice[byte], error) 
 	}
 	c.byID[r.ID] = c.lru.PushFront(&ipcMapping{id: r.ID, s: s})
 	for c.lru.Len() > ipcCacheMax {
+		// A copy queued from the mapping may not have run yet.
+		if err := m.streams[peer].Synchronize(); err != nil {
+			return s, err
+		}
 		old := c.lru.Remove(c.lru.Back()).(*ipcMapping)
 		delete(c.byID, old.id)
 		old.s.CloseIPC()

@@ -23,6 +23,9 @@ func (c *conn) poke() {
 // positive. It polls from this goroutine for up to spinFor, then sleeps
 // on r's Done channel while the progress goroutine polls.
 func (c *conn) wait(r *request, timeout time.Duration) error {
+	if r.ipc != nil {
+		return c.waitIPCRequest(r, timeout)
+	}
 	c.spinners.Add(1)
 	spinning := true
 	defer func() {
@@ -86,6 +89,41 @@ func (c *conn) wait(r *request, timeout time.Duration) error {
 		t.Stop()
 		c.poke()
 		now = time.Now()
+	}
+	return nil
+}
+
+// waitIPCRequest waits for a request of the IPC path, which the path's own
+// goroutines complete: polling the groups here would only hold the mutex
+// they need (a goroutine waiting for a Go mutex that a spinner takes back
+// at once waits about a millisecond before it gets its turn), so the
+// waiter yields for a while, then sleeps on the request's Done channel.
+func (c *conn) waitIPCRequest(r *request, timeout time.Duration) error {
+	c.poke() // what is queued on the channels goes to NCCL, as any wait does
+	start := time.Now()
+	for i := 1; !r.done.Load(); i++ {
+		if i%spinClock != 0 {
+			runtime.Gosched()
+			continue
+		}
+		now := time.Now()
+		if timeout > 0 && now.Sub(start) >= timeout {
+			return fmt.Errorf("%w after %v", backend.ErrTimeout, timeout)
+		}
+		if now.Sub(start) < spinFor {
+			continue
+		}
+		var t <-chan time.Time
+		if timeout > 0 {
+			tm := time.NewTimer(timeout - now.Sub(start))
+			defer tm.Stop()
+			t = tm.C
+		}
+		select {
+		case <-r.doneChan():
+		case <-t:
+			return fmt.Errorf("%w after %v", backend.ErrTimeout, timeout)
+		}
 	}
 	return nil
 }
