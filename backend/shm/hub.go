@@ -20,18 +20,22 @@ import (
 // bell is disarmed, so senders make no system call and the progress
 // goroutine is not woken per message.
 type Hub struct {
-	copy    Copy       // Options.Copy
-	fill    shmem.Fill // Options.Fill
-	e       *engine.Engine
-	inbox   *shmem.Segment
-	bell    shmem.Bell
-	links   []*link
-	coll    *Coll         // nil unless every rank of the job is on this host
-	spin    atomic.Uint64 // waiters polling now (low 32 bits), and SpinStarts ever (high 32)
-	live    atomic.Int32  // links not yet killed
-	stop    chan struct{}
-	kick    chan struct{} // capacity 1: ends the progress goroutine's tick (SpinEnd)
-	endOnce sync.Once
+	copy  Copy       // Options.Copy
+	fill  shmem.Fill // Options.Fill
+	e     *engine.Engine
+	inbox *shmem.Segment
+	bell  shmem.Bell
+	links []*link
+	coll  *Coll         // nil unless every rank of the job is on this host
+	spin  atomic.Uint64 // waiters polling now (low 32 bits), and SpinStarts ever (high 32)
+	// armWanted: a waiter parked while others polled, so the bell was not
+	// armed for it; the last of them to stop kicks the progress goroutine.
+	armWanted atomic.Bool
+	tick      atomic.Int64 // progressTick, as this hub uses it (tests change it)
+	live      atomic.Int32 // links not yet killed
+	stop      chan struct{}
+	kick      chan struct{} // capacity 1: ends the progress goroutine's tick (SpinEnd)
+	endOnce   sync.Once
 
 	// Ring memory is unmapped only when nothing can touch it: every user
 	// of it counts itself in active, and after closed is set nobody new
@@ -59,7 +63,8 @@ const idleSleep = 100 * time.Millisecond
 
 // progressTick is how often the progress goroutine looks while waiters
 // spin (they take arrivals themselves): the longest an arrival waits after
-// the last waiter stops, before this goroutine takes it.
+// the last waiter stops, before this goroutine takes it, when no waiter
+// is parked.
 const progressTick = time.Millisecond
 
 // Poll implements engine.Poller.
@@ -112,8 +117,17 @@ const spinOne = 1<<32 | 1
 // only after a whole progressTick in which no waiter polled (see
 // progress), so a ping-pong, whose waiters poll from one message to the
 // next with short gaps between, never arms it and never writes its word.
+//
+// A waiter that parks while others poll is covered by their polls (they
+// take every arrival) until the last of them stops: that one kicks the
+// progress goroutine then (armWanted), whether it parks or not.
 func (h *Hub) SpinEnd(parking bool) {
-	if uint32(h.spin.Add(^uint64(0))) == 0 && parking {
+	if parking {
+		// Before the count: the last waiter to stop (this one, or one
+		// whose SpinEnd comes after) sees it.
+		h.armWanted.Store(true)
+	}
+	if uint32(h.spin.Add(^uint64(0))) == 0 && h.armWanted.Load() && h.armWanted.Swap(false) {
 		select {
 		case h.kick <- struct{}{}:
 		default:
@@ -144,9 +158,9 @@ func (h *Hub) progress() {
 			// wake this goroutine.
 			seen = s
 			if tick == nil {
-				tick = time.NewTimer(progressTick)
+				tick = time.NewTimer(time.Duration(h.tick.Load()))
 			} else {
-				tick.Reset(progressTick)
+				tick.Reset(time.Duration(h.tick.Load()))
 			}
 			kicked := false
 			select {
@@ -160,10 +174,16 @@ func (h *Hub) progress() {
 			if !kicked {
 				continue
 			}
-			// A waiter parked: arm the bell now (if another waiter
-			// still polls, its own SpinStart-to-SpinEnd covers it).
+			// A waiter parked: arm the bell now, or, while other
+			// waiters poll (they cover it), once the last of them stops
+			// (armWanted, then a look at the count: whichever of this
+			// and that waiter's SpinEnd comes second sees the other).
 			if uint32(h.spin.Load()) > 0 {
-				continue
+				h.armWanted.Store(true)
+				if uint32(h.spin.Load()) > 0 {
+					continue
+				}
+				h.armWanted.Store(false)
 			}
 		}
 		v := h.bell.Arm()

@@ -204,6 +204,7 @@ func ringCap(n int) int {
 // The hub's goroutines start with Start.
 func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (*Hub, error) {
 	h := &Hub{e: e, stop: make(chan struct{}), kick: make(chan struct{}, 1), copy: opts.Copy, fill: opts.Fill}
+	h.tick.Store(int64(progressTick))
 	if len(locals) == 0 {
 		return h, nil
 	}
