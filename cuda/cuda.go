@@ -62,6 +62,7 @@ type lib struct {
 	drv     *driver
 	devices []deviceState
 	mem     memTable
+	bounces bouncePool // for the Async copies of pageable memory
 }
 
 // deviceState is one device: its CUdevice and, once retained, its primary

@@ -233,8 +233,10 @@ func CopyToDeviceAsync[T Elem](dst Slice[T], src []T, s *Stream) error {
 		return err
 	}
 	b := asBytes(src)
-	wait := !s.l.mem.pinned(hostAddr(b), int64(len(b)))
-	return s.l.drv.memcpyHtoDAsync(s.ctx, dst.ptr, b, h, wait)
+	if !s.l.mem.pinned(hostAddr(b), int64(len(b))) {
+		return s.bounceIn(dst.ptr, b, h)
+	}
+	return s.l.drv.memcpyHtoDAsync(s.ctx, dst.ptr, b, h, false)
 }
 
 // CopyToHostAsync queues a copy of src into dst on stream s
@@ -257,8 +259,96 @@ func CopyToHostAsync[T Elem](dst []T, src Slice[T], s *Stream) error {
 		return err
 	}
 	b := asBytes(dst)
-	wait := !s.l.mem.pinned(hostAddr(b), int64(len(b)))
-	return s.l.drv.memcpyDtoHAsync(s.ctx, b, src.ptr, h, wait)
+	if !s.l.mem.pinned(hostAddr(b), int64(len(b))) {
+		return s.bounceOut(b, src.ptr, h)
+	}
+	return s.l.drv.memcpyDtoHAsync(s.ctx, b, src.ptr, h, false)
+}
+
+// A copy between a stream and ordinary (pageable) Go memory goes through
+// page-locked bounce buffers of this package's own, a chunk at a time:
+// the chunk's copy is queued on the stream, the stream waited for, and
+// the chunk copied by the CPU. Handing the driver pageable memory instead
+// (cuMemcpyDtoHAsync of it waits for the stream inside the driver) held
+// up other threads' calls into the driver while the stream waited,
+// measured on an H200: a stream waiting for work that another thread was
+// to queue (the nccl backend's copies for stream-ordered messages between
+// ranks of one GPU) never got it, and both hung.
+
+// bounceSize is the size of a bounce buffer.
+const bounceSize = 4 << 20
+
+// bouncePool is the free bounce buffers of a loaded driver (page-locked,
+// kept for the process's life, not counted by Live).
+type bouncePool struct {
+	mu   sync.Mutex
+	free [][]byte
+}
+
+// getBounce returns a bounce buffer, allocated if none is free.
+func (s *Stream) getBounce() ([]byte, error) {
+	p := &s.l.bounces
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return b, nil
+	}
+	p.mu.Unlock()
+	_, ctx, err := hostCtx("bounce buffer")
+	if err != nil {
+		return nil, err
+	}
+	return s.l.drv.memHostAlloc(ctx, bounceSize, cuMemHostAllocPortable|cuMemHostAllocDeviceMap)
+}
+
+func (s *Stream) putBounce(b []byte) {
+	p := &s.l.bounces
+	p.mu.Lock()
+	p.free = append(p.free, b)
+	p.mu.Unlock()
+}
+
+// bounceOut copies device memory at src into pageable dst through a
+// bounce buffer, on stream h, and returns when dst holds it.
+func (s *Stream) bounceOut(dst []byte, src, h uintptr) error {
+	b, err := s.getBounce()
+	if err != nil {
+		return err
+	}
+	defer s.putBounce(b)
+	for off := 0; off < len(dst); off += bounceSize {
+		n := min(bounceSize, len(dst)-off)
+		if err := s.l.drv.memcpyDtoHAsync(s.ctx, b[:n], src+uintptr(off), h, false); err != nil {
+			return err
+		}
+		if err := s.l.drv.streamSynchronize(s.ctx, h); err != nil {
+			return err
+		}
+		copy(dst[off:], b[:n])
+	}
+	return nil
+}
+
+// bounceIn copies pageable src into device memory at dst through a bounce
+// buffer, on stream h, and returns when the copy is done.
+func (s *Stream) bounceIn(dst uintptr, src []byte, h uintptr) error {
+	b, err := s.getBounce()
+	if err != nil {
+		return err
+	}
+	defer s.putBounce(b)
+	for off := 0; off < len(src); off += bounceSize {
+		n := copy(b, src[off:])
+		if err := s.l.drv.memcpyHtoDAsync(s.ctx, dst+uintptr(off), b[:n], h, false); err != nil {
+			return err
+		}
+		if err := s.l.drv.streamSynchronize(s.ctx, h); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CopyDeviceAsync queues a copy of src into dst on stream s, on one device

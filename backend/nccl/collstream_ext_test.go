@@ -411,6 +411,15 @@ func TestGPUStreamCollectives(t *testing.T) {
 	// A rendezvous of its own: the other GPU tests' exchange uses the
 	// launch's first generation.
 	job.Generation = 41
+	// Where ranks share a GPU (more ranks on this host than GPUs), NCCL
+	// runs no collective: package mp runs them over point-to-point
+	// messages once the stream has reached them, so the stream cannot be
+	// held at a gate until they are all posted.
+	gate := true
+	if n, err := cuda.DeviceCount(); err == nil && job.LocalSize > n {
+		gate = false
+		t.Logf("%d ranks on %d GPU(s): the collectives wait for the stream on the CPU (no gate)", job.LocalSize, n)
+	}
 	for _, check := range []bool{false, true} {
 		t.Run(fmt.Sprintf("check=%v", check), func(t *testing.T) {
 			job.Generation++
@@ -422,7 +431,7 @@ func TestGPUStreamCollectives(t *testing.T) {
 			}
 			defer c.Close()
 			start := time.Now()
-			if err := streamCollectives(c, 1<<20, true); err != nil {
+			if err := streamCollectives(c, 1<<20, gate); err != nil {
 				t.Fatalf("rank %d of %d: %v", c.Rank(), c.Size(), err)
 			}
 			t.Logf("rank %d of %d: the six collectives of 4 MiB blocks in %v", c.Rank(), c.Size(), time.Since(start))
@@ -431,7 +440,7 @@ func TestGPUStreamCollectives(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			if err := streamCollectives(d, 1000, true); err != nil {
+			if err := streamCollectives(d, 1000, gate); err != nil {
 				t.Fatalf("on a Dup: rank %d of %d: %v", c.Rank(), c.Size(), err)
 			}
 			if check && c.Size() > 1 {
