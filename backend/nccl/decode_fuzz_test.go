@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
 )
 
 // FuzzEnvelope decodes arbitrary 32-byte envelopes, as a peer's host
@@ -79,6 +80,50 @@ func FuzzHello(f *testing.F) {
 		}
 		if enc := encodeHello(&local{host: h.host, bus: h.bus, ipc: h.ipc, ids: h.ids}, nil); !bytes.Equal(enc, data) {
 			t.Fatalf("hello %x re-encodes to %x", data, enc)
+		}
+	})
+}
+
+// FuzzIPCDesc decodes arbitrary descriptors of the IPC path, as the host
+// connection delivers them from a rank that shares this one's GPU:
+// decoding never panics; a descriptor that decodes has a valid type, a
+// count in range, an inline payload of exactly the message's size or a
+// region that holds the message, and encodes back to the same bytes; one
+// that does not is ErrCorrupt.
+func FuzzIPCDesc(f *testing.F) {
+	buf := make([]byte, ipcDescSize+ipcInline)
+	for _, d := range []ipcDesc{
+		{seq: 3, count: 2, tag: 7, typ: backend.Float64, inline: true, data: make([]byte, 16)},
+		{seq: 1 << 33, count: 1 << 20, tag: 0, typ: backend.Float32, region: cuda.IPCRegion{ID: 9, Offset: 64, Size: 8 << 20}},
+		{seq: 0, count: 0, tag: 1, typ: backend.Uint8, inline: true},
+		{seq: 5, count: 4, tag: 2, typ: backend.Int32, region: cuda.IPCRegion{ID: 1, Offset: 10, Size: 20}}, // passes the region's end
+	} {
+		n := d.encode(buf)
+		f.Add(append([]byte(nil), buf[:n]...))
+	}
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := decodeIPCDesc(data)
+		if err != nil {
+			if !errors.Is(err, backend.ErrCorrupt) {
+				t.Fatalf("decodeIPCDesc: %v does not match ErrCorrupt", err)
+			}
+			return
+		}
+		n := d.bytes()
+		if !d.typ.Valid() || d.count < 0 || n < 0 {
+			t.Fatalf("decoded %d × type %d (%d bytes)", d.count, d.typ, n)
+		}
+		if d.inline && int64(len(d.data)) != n {
+			t.Fatalf("an inline payload of %d bytes for %d", len(d.data), n)
+		}
+		if !d.inline && n > 0 && (d.region.Offset < 0 || d.region.Offset+n > d.region.Size) {
+			t.Fatalf("%d bytes at %d of a region of %d", n, d.region.Offset, d.region.Size)
+		}
+		out := make([]byte, ipcDescSize+ipcInline)
+		m := d.encode(out)
+		if m != len(data) || !bytes.Equal(out[:m], data) {
+			t.Fatalf("descriptor %x re-encodes to %x", data, out[:m])
 		}
 	})
 }

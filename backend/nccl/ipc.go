@@ -129,7 +129,8 @@ func decodeIPCDesc(b []byte) (ipcDesc, error) {
 	d.region.Offset = int64(binary.LittleEndian.Uint64(b[32:]))
 	d.region.Size = int64(binary.LittleEndian.Uint64(b[40:]))
 	copy(d.region.Handle[:], b[48:112])
-	if !d.typ.Valid() || d.count < 0 || d.count > (1<<62)/int64(max(d.typ.Size(), 1)) || b[21]&^ipcFlagInline != 0 {
+	if !d.typ.Valid() || d.count < 0 || d.count > (1<<62)/int64(max(d.typ.Size(), 1)) || b[21]&^ipcFlagInline != 0 ||
+		b[22] != 0 || b[23] != 0 || !allZero(b[112:ipcDescSize]) {
 		return ipcDesc{}, fmt.Errorf("nccl: %w: a descriptor of %d × type %d, flags %#x", backend.ErrCorrupt, d.count, b[20], b[21])
 	}
 	n := d.bytes()
@@ -145,6 +146,16 @@ func decodeIPCDesc(b []byte) (ipcDesc, error) {
 		return ipcDesc{}, fmt.Errorf("nccl: %w: %d bytes at offset %d of a region of %d", backend.ErrCorrupt, n, d.region.Offset, d.region.Size)
 	}
 	return d, nil
+}
+
+// allZero reports whether b holds only zeros (a descriptor's padding).
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // ipcPeer is this rank's side of the IPC path with one other rank. Every
