@@ -1,5 +1,7 @@
 // Package nccl is courier's GPU transport: point-to-point messages between
-// GPUs through NCCL, one GPU per rank.
+// GPUs through NCCL, and, between ranks that share a GPU (which NCCL
+// refuses), through CUDA IPC (ipc.go; COURIER_CUDA_IPC=0 refuses them
+// instead).
 //
 // It is registered as "nccl"; programs reach it through package mp
 // (COURIER_BACKEND=nccl, or "auto", which prefers it when a GPU and
@@ -102,6 +104,8 @@ package nccl
 //	launch.go            launching: the queue built into groups, one per channel, and handed to the engine
 //	match.go             matching in checked mode: receives and announced messages by tag, early messages, Iprobe, verdicts
 //	self.go              messages a rank sends itself, matched and copied in memory
+//	ipc.go               the IPC path: ranks that share a GPU, DESC and DONE on the host connection, matching, the copier
+//	ipc_mem.go           the IPC path's memory side: exported regions, staging, the mapping cache, completion words
 //	cancel.go            Cancel: a receive taken back before it matched or was issued
 //	split.go             Split: derived communicators, made by Open's phases over the members, and their hellos
 //	shrink.go            Revoke and Lost (Shrink): the host connection revoked, every channel failed; the survivors' communicator made by Split
