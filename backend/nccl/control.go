@@ -94,9 +94,9 @@ type control struct {
 // travel on it), the ranks of one host meet through shared memory
 // instead, as the "host" driver does, unless COURIER_TRANSPORTS says
 // otherwise.
-func openControl(ctx context.Context, cfg backend.Config, sameHost ...bool) (*control, error) {
+func openControl(ctx context.Context, cfg backend.Config, sameHost bool) (*control, error) {
 	cfg.Check = false
-	tc, err := tcp.Driver{Host: len(sameHost) > 0 && sameHost[0]}.Open(ctx, cfg)
+	tc, err := tcp.Driver{Host: sameHost}.Open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("nccl: opening the host connection to the other ranks: %w", err)
 	}
@@ -107,13 +107,31 @@ func openControl(ctx context.Context, cfg backend.Config, sameHost ...bool) (*co
 // (it never waits for the receiver), so buf may be reused on return.
 func (k *control) sendEnvelope(to int, e *envelope, buf *[envSize]byte) error {
 	e.encode(buf)
-	r, err := k.tc.Isend(bytesOf(buf), to, envTag, 0)
+	return k.send(bytesOf(buf), to, envTag, 0)
+}
+
+// send sends b to rank to with tag on the host connection and returns
+// once it is sent (b may be reused then).
+func (k *control) send(b backend.Buffer, to, tag int, caller uintptr) error {
+	r, err := k.tc.Isend(b, to, tag, caller)
 	if err != nil {
 		return err
 	}
 	_, err = r.Wait(0)
 	r.Release()
 	return err
+}
+
+// recv receives the next message from rank from with tag into b, and
+// returns when it has.
+func (k *control) recv(b backend.Buffer, from, tag int) (backend.Status, error) {
+	r, err := k.tc.Irecv(b, from, tag, 0)
+	if err != nil {
+		return backend.Status{}, err
+	}
+	st, err := r.Wait(0)
+	r.Release()
+	return st, err
 }
 
 // read is the goroutine that listens to rank p: it hands each envelope to
@@ -123,12 +141,7 @@ func (k *control) read(c *conn, p int) {
 	defer c.wg.Done()
 	buf := &c.peers[p].envIn
 	for {
-		r, err := k.tc.Irecv(bytesOf(buf), p, envTag, 0)
-		if err == nil {
-			_, err = r.Wait(0)
-			r.Release()
-		}
-		if err != nil {
+		if _, err := k.recv(bytesOf(buf), p, envTag); err != nil {
 			if !errors.Is(err, backend.ErrClosed) {
 				c.peerLost(p, err)
 			}

@@ -49,7 +49,7 @@ func (d fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn,
 	var ctl *control
 	if job.Size > 1 {
 		var err error
-		if ctl, err = openControl(ctx, cfg); err != nil {
+		if ctl, err = openControl(ctx, cfg, false); err != nil {
 			return nil, err
 		}
 	}

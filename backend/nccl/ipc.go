@@ -442,11 +442,7 @@ func (c *conn) ipcDescribe(ip *ipcPeer, r *request, buf []byte) {
 	}
 	c.mu.Unlock()
 	m := d.encode(buf)
-	sr, err := c.ctl.tc.Isend(hostBytes(buf[:m]), ip.rank, ipcDescTag, r.caller)
-	if err == nil {
-		_, err = sr.Wait(0)
-		sr.Release()
-	}
+	err := c.ctl.send(hostBytes(buf[:m]), ip.rank, ipcDescTag, r.caller)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -479,12 +475,7 @@ func (c *conn) ipcDescReader(ip *ipcPeer) {
 	buf := make([]byte, ipcDescSize+ipcInline)
 	var next uint64
 	for {
-		rr, err := c.ctl.tc.Irecv(hostBytes(buf), ip.rank, ipcDescTag, 0)
-		var st backend.Status
-		if err == nil {
-			st, err = rr.Wait(0)
-			rr.Release()
-		}
+		st, err := c.ctl.recv(hostBytes(buf), ip.rank, ipcDescTag)
 		var d ipcDesc
 		if err == nil {
 			d, err = decodeIPCDesc(buf[:st.Count])
@@ -572,19 +563,18 @@ func (c *conn) ipcCopier(ip *ipcPeer) {
 				}
 			}
 		}
+		for _, j := range batch {
+			if d := &j.m.d; !d.inline {
+				binary.LittleEndian.PutUint64(done[:], d.seq)
+				c.ctl.send(hostBytes(done[:]), ip.rank, ipcDoneTag, 0) // a sender that is gone needs no DONE
+			}
+		}
+		c.mu.Lock()
 		for i, j := range batch {
 			d := &j.m.d
-			if !d.inline {
-				binary.LittleEndian.PutUint64(done[:], d.seq)
-				if sr, serr := c.ctl.tc.Isend(hostBytes(done[:]), ip.rank, ipcDoneTag, 0); serr == nil {
-					sr.Wait(0) // a sender that is gone needs no DONE
-					sr.Release()
-				}
-			}
-			c.mu.Lock()
 			c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, errs[i])
-			c.mu.Unlock()
 		}
+		c.mu.Unlock()
 		clear(batch)
 	}
 }
@@ -598,12 +588,7 @@ func (c *conn) ipcDoneReader(ip *ipcPeer) {
 	defer c.wg.Done()
 	var buf [ipcDoneSize]byte
 	for {
-		rr, err := c.ctl.tc.Irecv(hostBytes(buf[:]), ip.rank, ipcDoneTag, 0)
-		var st backend.Status
-		if err == nil {
-			st, err = rr.Wait(0)
-			rr.Release()
-		}
+		st, err := c.ctl.recv(hostBytes(buf[:]), ip.rank, ipcDoneTag)
 		c.mu.Lock()
 		if err == nil && st.Count != ipcDoneSize {
 			err = fmt.Errorf("nccl: %w: a DONE of %d bytes from rank %d", backend.ErrCorrupt, st.Count, ip.rank)

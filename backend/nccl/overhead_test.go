@@ -39,7 +39,7 @@ func (nullDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, e
 	var ctl *control
 	if cfg.Job.Size > 1 {
 		var err error
-		if ctl, err = openControl(ctx, cfg); err != nil {
+		if ctl, err = openControl(ctx, cfg, false); err != nil {
 			return nil, err
 		}
 	}
