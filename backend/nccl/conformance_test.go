@@ -115,9 +115,9 @@ func TestConformanceFakeIPC(t *testing.T) {
 	}
 	if testscope.Full() {
 		t.Run("unchecked", func(t *testing.T) { conformance.Run(t, 2, runner()) })
-		// 3 ranks, not 4: beside TestConformanceFakeChecked's 4-rank run
-		// on CI's 2 cores, a 4-rank run here made its heavy cases pass
-		// their 25 s bound.
+		// 3 ranks, not 4: on CI's 2 cores, beside
+		// TestConformanceFakeChecked's 4-rank run, one of its heavy cases
+		// once passed its 25 s bound (it takes under a second alone).
 		t.Run("checked", func(t *testing.T) { conformance.Run(t, 3, runner(mp.WithCheck(true))) })
 		return
 	}
