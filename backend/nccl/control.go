@@ -103,6 +103,30 @@ func openControl(ctx context.Context, cfg backend.Config, sameHost bool) (*contr
 	return &control{tc: tc}, nil
 }
 
+// spinner is what the host connection's engine offers a goroutine that
+// waits for something other than one of its requests (engine.SpinUntil).
+type spinner interface {
+	SpinUntil(done func() bool, timeout time.Duration) bool
+}
+
+// spinUntil polls the host connection from the calling goroutine until
+// done reports true, the engine's spin budget passes with nothing moved,
+// or timeout (if positive) passes, and reports whether done did. Where
+// the connection cannot be polled (no shared memory, no pollable link)
+// it returns done() at once, and so does it when polls reports false.
+func (k *control) spinUntil(done func() bool, timeout time.Duration) bool {
+	if s, ok := k.tc.(spinner); ok {
+		return s.SpinUntil(done, timeout)
+	}
+	return done()
+}
+
+// polls reports whether the host connection can be polled (spinUntil).
+func (k *control) polls() bool {
+	_, ok := k.tc.(spinner)
+	return ok
+}
+
 // sendEnvelope sends e to rank to. The tcp backend sends 32 bytes at once
 // (it never waits for the receiver), so buf may be reused on return.
 func (k *control) sendEnvelope(to int, e *envelope, buf *[envSize]byte) error {

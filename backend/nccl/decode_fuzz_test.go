@@ -47,39 +47,66 @@ func FuzzEnvelope(f *testing.F) {
 }
 
 // FuzzHello decodes arbitrary hellos, as the exchange of Open delivers
-// them from each rank: decoding never panics, allocates the unique IDs
-// only for a hello of exactly their size, and a hello that decodes
+// them from each rank: decoding never panics, and a hello that decodes
 // encodes back to the same bytes. A malformed hello is ErrCorrupt; a
 // rank's own refusal is its words, ErrNotSupported where it says so.
 func FuzzHello(f *testing.F) {
+	f.Add(encodeHello(&local{host: "node1", bus: "0000:17:00.0", ipc: true}, nil))
+	f.Add(encodeHello(&local{host: "", bus: "", world: true}, nil))
+	f.Add(encodeHello(nil, backend.ErrNotSupported))
+	f.Add(encodeHello(nil, errors.New("no GPU")))
+	f.Add([]byte{helloOK, 0xff, 0xff})
+	f.Add([]byte{9})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := decodeHello(1, data)
+		if err != nil {
+			checkRefusal(t, data, err)
+			return
+		}
+		if enc := encodeHello(&local{host: h.host, bus: h.bus, ipc: h.ipc, world: h.world}, nil); !bytes.Equal(enc, data) {
+			t.Fatalf("hello %x re-encodes to %x", data, enc)
+		}
+	})
+}
+
+// checkRefusal checks the error of a part of Open's exchange that did not
+// decode: the rank's own ErrNotSupported, its own failure, or ErrCorrupt.
+func checkRefusal(t *testing.T, data []byte, err error) {
+	t.Helper()
+	switch {
+	case len(data) > 0 && data[0] == helloUnsupported:
+		if !errors.Is(err, backend.ErrNotSupported) {
+			t.Fatalf("a rank's ErrNotSupported became %v", err)
+		}
+	case len(data) > 0 && data[0] == helloFailed:
+	case !errors.Is(err, backend.ErrCorrupt):
+		t.Fatalf("%v does not match ErrCorrupt", err)
+	}
+}
+
+// FuzzIDs decodes arbitrary lists of NCCL unique IDs (the second round of
+// Open's exchange): decoding never panics, gives exactly one ID per rank,
+// and a list that decodes encodes back to the same bytes.
+func FuzzIDs(f *testing.F) {
 	ids := make([][idBytes]byte, 2)
 	ids[1][0] = 0x5a
-	f.Add(encodeHello(&local{host: "node1", bus: "0000:17:00.0", ids: ids}, nil), uint8(2))
-	f.Add(encodeHello(&local{host: "", bus: "", ids: make([][idBytes]byte, 4)}, nil), uint8(4))
-	f.Add(encodeHello(nil, backend.ErrNotSupported), uint8(2))
-	f.Add(encodeHello(nil, errors.New("no GPU")), uint8(2))
-	f.Add([]byte{helloOK, 0xff, 0xff}, uint8(2))
+	f.Add(encodeIDs(ids, nil), uint8(2))
+	f.Add(encodeIDs(make([][idBytes]byte, 4), nil), uint8(4))
+	f.Add(encodeIDs(nil, backend.ErrNotSupported), uint8(2))
+	f.Add(encodeIDs(nil, errors.New("no NCCL")), uint8(2))
 	f.Add([]byte{9}, uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, size uint8) {
 		n := int(size % 17)
-		h, err := decodeHello(1, n, data)
+		ids, err := decodeIDs(1, n, data)
 		if err != nil {
-			switch {
-			case len(data) > 0 && data[0] == helloUnsupported:
-				if !errors.Is(err, backend.ErrNotSupported) {
-					t.Fatalf("a rank's ErrNotSupported became %v", err)
-				}
-			case len(data) > 0 && data[0] == helloFailed:
-			case !errors.Is(err, backend.ErrCorrupt):
-				t.Fatalf("decodeHello: %v does not match ErrCorrupt", err)
-			}
+			checkRefusal(t, data, err)
 			return
 		}
-		if len(h.ids) != n {
-			t.Fatalf("a hello of %d ranks has %d IDs", n, len(h.ids))
+		if len(ids) != n {
+			t.Fatalf("a list for %d ranks has %d IDs", n, len(ids))
 		}
-		if enc := encodeHello(&local{host: h.host, bus: h.bus, ipc: h.ipc, ids: h.ids}, nil); !bytes.Equal(enc, data) {
-			t.Fatalf("hello %x re-encodes to %x", data, enc)
+		if enc := encodeIDs(ids, nil); !bytes.Equal(enc, data) {
+			t.Fatalf("IDs %x re-encode to %x", data, enc)
 		}
 	})
 }

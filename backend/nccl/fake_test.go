@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -49,7 +50,7 @@ func (d fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn,
 	var ctl *control
 	if job.Size > 1 {
 		var err error
-		if ctl, err = openControl(ctx, cfg, false); err != nil {
+		if ctl, err = openControl(ctx, cfg, os.Getenv("PROBE_SHM") != ""); err != nil {
 			return nil, err
 		}
 	}

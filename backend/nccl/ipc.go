@@ -408,7 +408,7 @@ func (c *conn) ipcDescribe(ip *ipcPeer, r *request, buf []byte) {
 		c.mu.Unlock()
 	}
 	if ev := c.takeAfter(r); ev != nil {
-		err := ev.Synchronize()
+		err := awaitEvent(ev) // polled: see cudaIPC.settle
 		ev.Destroy()
 		if err != nil {
 			fail(fmt.Errorf("nccl: waiting for the caller's stream before a send to rank %d: %w", ip.rank, err))

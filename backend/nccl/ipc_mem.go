@@ -4,8 +4,10 @@ import (
 	"container/list"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
@@ -72,6 +74,7 @@ const ipcStageMin = 1 << 16
 type cudaIPC struct {
 	dev     cuda.Device
 	streams []*cuda.Stream // by peer: the stream its copier copies on
+	marks   []*cuda.Event  // by peer: recorded on its stream to see the copies done
 
 	mu    sync.Mutex
 	maps  []*ipcCache                  // by peer
@@ -97,7 +100,7 @@ type ipcMapping struct {
 // newCudaIPC makes the IPC path's memory side on dev for the peers of on:
 // a copy stream for each.
 func newCudaIPC(dev cuda.Device, on []bool) (*cudaIPC, error) {
-	m := &cudaIPC{dev: dev, streams: make([]*cuda.Stream, len(on)), maps: make([]*ipcCache, len(on)), stage: map[int64][]cuda.Slice[byte]{}}
+	m := &cudaIPC{dev: dev, streams: make([]*cuda.Stream, len(on)), marks: make([]*cuda.Event, len(on)), maps: make([]*ipcCache, len(on)), stage: map[int64][]cuda.Slice[byte]{}}
 	for p, yes := range on {
 		if !yes {
 			continue
@@ -108,6 +111,10 @@ func newCudaIPC(dev cuda.Device, on []bool) (*cudaIPC, error) {
 			return nil, fmt.Errorf("nccl: creating the IPC path's copy stream on %v: %w", dev, err)
 		}
 		m.streams[p] = s
+		if m.marks[p], err = cuda.NewEvent(dev); err != nil {
+			m.close()
+			return nil, fmt.Errorf("nccl: creating the IPC path's copy event on %v: %w", dev, err)
+		}
 		m.maps[p] = &ipcCache{byID: map[uint64]*list.Element{}}
 	}
 	return m, nil
@@ -197,11 +204,10 @@ func (m *cudaIPC) writeIn(peer int, buf backend.Buffer, data []byte) error {
 		return nil
 	}
 	dst, _ := m.view(buf).Sub(0, int64(len(data)))
-	s := m.streams[peer]
-	if err := cuda.CopyToDeviceAsync(dst, data, s); err != nil {
+	if err := cuda.CopyToDeviceAsync(dst, data, m.streams[peer]); err != nil {
 		return err
 	}
-	return s.Synchronize()
+	return m.settle(peer)
 }
 
 func (m *cudaIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64) error {
@@ -214,13 +220,49 @@ func (m *cudaIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64
 		return err
 	}
 	if buf.Mem == backend.Host {
-		return cuda.CopyToHost(hostView(buf)[:n], src)
+		return cuda.CopyToHostAsync(hostView(buf)[:n], src, m.streams[peer])
 	}
 	dst, _ := m.view(buf).Sub(0, n)
 	return cuda.CopyDeviceAsync(dst, src, m.streams[peer])
 }
 
-func (m *cudaIPC) settle(peer int) error { return m.streams[peer].Synchronize() }
+// settle waits until the copies queued on peer's stream have run. It
+// polls an event recorded after them, yielding between looks, instead of
+// blocking in the driver: a rank that mpirun binds to one core has one
+// thread to run on, and a driver call that spins there (as
+// cuStreamSynchronize does) takes turns with the goroutines that spin for
+// the messages in time slices of milliseconds; polling from Go takes turns
+// with them at every look. After ipcPollFor it blocks in the driver.
+func (m *cudaIPC) settle(peer int) error {
+	return awaitStream(m.streams[peer], m.marks[peer])
+}
+
+// awaitStream records ev on s and waits for it (awaitEvent).
+func awaitStream(s *cuda.Stream, ev *cuda.Event) error {
+	if err := ev.Record(s); err != nil {
+		return err
+	}
+	return awaitEvent(ev)
+}
+
+// awaitEvent waits for ev: polled, yielding, for up to ipcPollFor, then
+// blocked in the driver.
+func awaitEvent(ev *cuda.Event) error {
+	start := time.Now()
+	for i := 0; ; i++ {
+		done, err := ev.Query()
+		if err != nil || done {
+			return err
+		}
+		if i%64 == 63 && time.Since(start) > ipcPollFor {
+			return ev.Synchronize()
+		}
+		runtime.Gosched()
+	}
+}
+
+// ipcPollFor is how long awaitStream polls before it blocks.
+const ipcPollFor = 20 * time.Millisecond
 
 // mapping returns the open mapping of r's allocation of peer's, opening
 // it (and closing the least recently used one past ipcCacheMax) if need
@@ -314,6 +356,12 @@ func (m *cudaIPC) close() error {
 			keep(s.Synchronize())
 			keep(s.Destroy())
 			m.streams[p] = nil
+		}
+	}
+	for p, e := range m.marks {
+		if e != nil {
+			keep(e.Destroy())
+			m.marks[p] = nil
 		}
 	}
 	for _, s := range m.all {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -180,28 +181,72 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 }
 
 func TestHelloRoundTrip(t *testing.T) {
-	lo := &local{host: "h", bus: "0000:19:00.0", ids: make([][idBytes]byte, 3)}
-	lo.ids[1][0], lo.ids[2][127] = 7, 9
-	h, err := decodeHello(0, 3, encodeHello(lo, nil))
-	if err != nil || h.host != "h" || h.bus != lo.bus || h.ids[1] != lo.ids[1] || h.ids[2] != lo.ids[2] {
+	lo := &local{host: "h", bus: "0000:19:00.0", ipc: true, world: true}
+	h, err := decodeHello(0, encodeHello(lo, nil))
+	if err != nil || h.host != "h" || h.bus != lo.bus || !h.ipc || !h.world {
 		t.Fatalf("round trip: %+v, %v", h, err)
 	}
-	if _, err := decodeHello(0, 2, encodeHello(lo, nil)); err == nil {
-		t.Error("a hello with 3 IDs was accepted in a job of 2")
+	if h, err := decodeHello(0, encodeHello(&local{host: "h"}, nil)); err != nil || h.ipc || h.world {
+		t.Fatalf("round trip without flags: %+v, %v", h, err)
+	}
+	if _, err := decodeHello(0, append(encodeHello(lo, nil), 0)); !errors.Is(err, backend.ErrCorrupt) {
+		t.Errorf("a hello with a byte after its flags: %v", err)
 	}
 	nsErr := fmt.Errorf("%w: no GPU", backend.ErrNotSupported)
-	_, err = decodeHello(1, 3, encodeHello(nil, nsErr))
+	_, err = decodeHello(1, encodeHello(nil, nsErr))
 	if !errors.Is(err, backend.ErrNotSupported) || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "no GPU") {
 		t.Errorf("a rank that cannot join: %v", err)
 	}
-	_, err = decodeHello(2, 3, encodeHello(nil, errors.New("boom")))
+	_, err = decodeHello(2, encodeHello(nil, errors.New("boom")))
 	if err == nil || errors.Is(err, backend.ErrNotSupported) || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("a rank that failed: %v", err)
 	}
 	for _, b := range [][]byte{nil, {9}, {0, 5}} {
-		if _, err := decodeHello(0, 1, b); err == nil {
+		if _, err := decodeHello(0, b); err == nil {
 			t.Errorf("hello %v was accepted", b)
 		}
+	}
+}
+
+func TestIDsRoundTrip(t *testing.T) {
+	ids := make([][idBytes]byte, 3)
+	ids[1][0], ids[2][127] = 7, 9
+	got, err := decodeIDs(0, 3, encodeIDs(ids, nil))
+	if err != nil || len(got) != 3 || got[1] != ids[1] || got[2] != ids[2] {
+		t.Fatalf("round trip: %v, %v", got, err)
+	}
+	if _, err := decodeIDs(0, 2, encodeIDs(ids, nil)); !errors.Is(err, backend.ErrCorrupt) {
+		t.Errorf("3 IDs in a job of 2: %v", err)
+	}
+	if _, err := decodeIDs(1, 3, encodeIDs(nil, errors.New("no NCCL"))); err == nil || !strings.Contains(err.Error(), "rank 1 cannot join: no NCCL") {
+		t.Errorf("a rank that could not make its IDs: %v", err)
+	}
+}
+
+// TestIDsOnlyForNCCL: IDs are made only for the communicators that will
+// be made (ncclGetUniqueId leaves a listening socket and a thread until
+// the communicator's ranks meet): none for a rank that shares the GPU,
+// the world's only at rank 0 and only when asked for.
+func TestIDsOnlyForNCCL(t *testing.T) {
+	gpu := func(bus string) hello { return hello{host: "h", bus: bus, ipc: true} }
+	hellos := []hello{gpu("0000:19:00.0"), gpu("0000:19:00.0"), gpu("0000:2a:00.0")}
+	for _, tc := range []struct {
+		rank  int
+		world bool
+		want  []bool // by rank: an ID is made
+	}{
+		{0, false, []bool{false, false, true}},
+		{0, true, []bool{true, false, true}},
+		{1, true, []bool{false, false, true}},
+		{2, true, []bool{true, true, false}},
+	} {
+		got := idPlaces(tc.rank, hellos, tc.world)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("rank %d, world %v: IDs at %v, want %v", tc.rank, tc.world, got, tc.want)
+		}
+	}
+	if ncclPairs(hellos[:2]) || !ncclPairs(hellos) {
+		t.Errorf("ncclPairs: two ranks on one GPU %v, three on two GPUs %v", ncclPairs(hellos[:2]), ncclPairs(hellos))
 	}
 }
 

@@ -87,51 +87,103 @@ func newOpening(cfg backend.Config) (*opening, error) {
 
 // meet sets this rank up (setup) and exchanges hellos with the others
 // (hello.go). Every rank's own failure goes into its hello, so that all
-// fail together. It then checks that no two ranks use one GPU, and learns
-// whether there is a communicator of every rank (rank 0 made its ID).
+// fail together. From the hellos it learns which pairs share a GPU (and
+// refuses them where IPCEnv is off), and whether there is a communicator
+// of every rank (rank 0 asks for one; none when ranks share a GPU). Then,
+// unless every pair shares a GPU, the ranks exchange the NCCL unique IDs
+// of the communicators that will be made, and only those (hello.go).
 func (o *opening) meet(ctx context.Context) error {
 	var lerr error
 	if o.lo == nil { // a derived communicator's is its parent's
 		lerr = o.setup()
 		o.trace.phase("CUDA and NCCL loaded, GPU set up")
 	}
-	all, err := o.cfg.Exchange.AllGather(ctx, encodeHello(o.lo, lerr))
-	o.trace.phase("the unique IDs exchanged")
+	all, err := o.gather(ctx, encodeHello(o.lo, lerr), "hellos")
+	o.trace.phase("the hellos exchanged")
 	if lerr != nil {
 		return lerr
 	}
-	if err == nil && len(all) != o.size {
-		err = fmt.Errorf("nccl: the exchange returned %d hellos for %d ranks", len(all), o.size)
-	}
 	if err != nil {
-		return fmt.Errorf("nccl: exchanging the NCCL unique IDs: %w", err)
+		return err
 	}
 	o.hellos = make([]hello, o.size)
 	for k, b := range all {
-		if o.hellos[k], err = decodeHello(k, o.size, b); err != nil {
+		if o.hellos[k], err = decodeHello(k, b); err != nil {
 			return err
 		}
 	}
 	if o.ipc, err = ipcPairs(o.rank, o.hellos); err != nil {
 		return err
 	}
-	o.world = o.size > 1 && o.hellos[0].ids[0] != [idBytes]byte{} && !sharesGPU(o.hellos)
+	o.world = o.size > 1 && o.hellos[0].world && !sharesGPU(o.hellos)
+	if !ncclPairs(o.hellos) {
+		for k := range o.hellos {
+			o.hellos[k].ids = make([][idBytes]byte, o.size)
+		}
+		return nil
+	}
+	ids, lerr := o.lo.makeIDs(o.rank, o.hellos, o.world)
+	all, err = o.gather(ctx, encodeIDs(ids, lerr), "NCCL unique IDs")
+	o.trace.phase("the unique IDs exchanged")
+	if lerr != nil {
+		return lerr
+	}
+	if err != nil {
+		return err
+	}
+	for k, b := range all {
+		if o.hellos[k].ids, err = decodeIDs(k, o.size, b); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// gather is one round of Open's exchange, what naming what is exchanged.
+func (o *opening) gather(ctx context.Context, data []byte, what string) ([][]byte, error) {
+	all, err := o.cfg.Exchange.AllGather(ctx, data)
+	if err == nil && len(all) != o.size {
+		err = fmt.Errorf("the exchange returned %d parts for %d ranks", len(all), o.size)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nccl: exchanging the %s: %w", what, err)
+	}
+	return all, nil
+}
+
+// ncclPairs reports whether some pair of ranks does not share a GPU: it
+// meets through NCCL, and the ranks need unique IDs.
+func ncclPairs(hellos []hello) bool {
+	for i := range hellos {
+		for j := range i {
+			if !sameGPU(hellos[i], hellos[j]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ipcPairs returns, by rank, whether rank shares its GPU with that one
 // (the IPC path's pairs), or nil when it shares it with none. A pair
 // where either rank has IPCEnv off is refused.
 func ipcPairs(rank int, hellos []hello) ([]bool, error) {
+	// Every rank checks every pair, so that all refuse together (a rank
+	// outside the pair must not wait in the next round for ranks that
+	// gave up).
+	for i, a := range hellos {
+		for j, b := range hellos[:i] {
+			if sameGPU(a, b) && (!a.ipc || !b.ipc) {
+				return nil, fmt.Errorf("nccl: %w: ranks %d and %d would both use the GPU at %s on %s, and %s=0 turns off the CUDA IPC path they would meet through: one GPU per rank (set %s, run fewer ranks per host, or unset %s)",
+					backend.ErrInvalid, j, i, a.bus, a.host, IPCEnv, DeviceEnv, IPCEnv)
+			}
+		}
+	}
 	var on []bool
 	me := hellos[rank]
 	for k, h := range hellos {
 		if k == rank || !sameGPU(h, me) {
 			continue
-		}
-		if !h.ipc || !me.ipc {
-			return nil, fmt.Errorf("nccl: %w: ranks %d and %d would both use the GPU at %s on %s, and %s=0 turns off the CUDA IPC path they would meet through: one GPU per rank (set %s, run fewer ranks per host, or unset %s)",
-				backend.ErrInvalid, min(k, rank), max(k, rank), me.bus, me.host, IPCEnv, DeviceEnv, IPCEnv)
 		}
 		if on == nil {
 			on = make([]bool, len(hellos))
@@ -350,9 +402,32 @@ type local struct {
 	host  string
 	bus   string
 	ipc   bool // IPCEnv is on
-	// ids[p] is the NCCL unique ID of the channel from this rank to rank
-	// p (zero at this rank).
-	ids [][idBytes]byte
+	world bool // CollectivesEnv is on (rank 0's counts): NCCL runs the collectives
+}
+
+// idPlaces says, by rank, where makeIDs makes an ID.
+func idPlaces(rank int, hellos []hello, world bool) []bool {
+	at := make([]bool, len(hellos))
+	for p := range at {
+		at[p] = p != rank && !sameGPU(hellos[p], hellos[rank]) || p == rank && rank == 0 && world
+	}
+	return at
+}
+
+// makeIDs makes the NCCL unique IDs this rank gives out (hello.go): one
+// per rank it meets through NCCL, and at rank 0 (its own place) the ID of
+// the communicator of every rank when world says there is one.
+func (lo *local) makeIDs(rank int, hellos []hello, world bool) ([][idBytes]byte, error) {
+	ids := make([][idBytes]byte, len(hellos))
+	for p, yes := range idPlaces(rank, hellos, world) {
+		if yes {
+			var err error
+			if ids[p], err = lo.lib.uniqueID(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ids, nil
 }
 
 // setupLocal loads NCCL, picks and prepares the GPU, and creates the NCCL
@@ -370,9 +445,8 @@ func setupLocal(cfg backend.Config) (*local, error) {
 	if err != nil {
 		return nil, err
 	}
-	lo := &local{lib: lib, dev: dev, ids: make([][idBytes]byte, cfg.Job.Size)}
-	world, err := collectivesMode(cfg.Getenv)
-	if err != nil {
+	lo := &local{lib: lib, dev: dev}
+	if lo.world, err = collectivesMode(cfg.Getenv); err != nil {
 		return nil, err
 	}
 	if lo.ipc, err = ipcMode(cfg.Getenv); err != nil {
@@ -382,15 +456,6 @@ func setupLocal(cfg backend.Config) (*local, error) {
 	lo.bus, _ = dev.PCIBusID()
 	if lo.hooks, err = newDevHooks(dev); err != nil {
 		return nil, fmt.Errorf("nccl: preparing %v: %w", dev, err)
-	}
-	for p := range lo.ids {
-		// Rank 0's own entry is the ID of the communicator of every rank
-		// (zero: none).
-		if p != cfg.Job.Rank || p == 0 && world && cfg.Job.Size > 1 {
-			if lo.ids[p], err = lib.uniqueID(); err != nil {
-				return nil, err
-			}
-		}
 	}
 	return lo, nil
 }

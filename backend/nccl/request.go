@@ -55,7 +55,11 @@ type request struct {
 	// ipc is what the IPC path keeps of the request (nil elsewhere).
 	ipc *ipcReq
 
-	done   atomic.Bool
+	done atomic.Bool
+	// isDone is done.Load as a func value, made once per request object
+	// (recycling keeps it: it is bound to the object) for the waits that
+	// poll the host connection until it reports true.
+	isDone func() bool
 	mu     sync.Mutex // guards doneCh and closed
 	doneCh chan struct{}
 	closed bool

@@ -143,32 +143,11 @@ func (o *opening) deriver() deriveFunc {
 			blocking: base.blocking, events: base.events, share: base.share,
 			ctl: spec.ctl, fam: spec.fam,
 		}
-		lo, err := parentLo.fresh(spec.rank, spec.size, world)
-		if err != nil {
-			spec.ctl.end(err)
-			return nil, err
-		}
-		d.lo = lo
+		lo := *parentLo
+		lo.world = world // rank 0's counts: the parent had one
+		d.lo = &lo
 		return d.open(ctx)
 	}
-}
-
-// fresh returns a copy of lo (the same library, GPU and hooks) with new
-// NCCL unique IDs for a communicator of size ranks at rank: one per
-// channel this rank sends on, and at rank 0 the ID of the communicator of
-// every rank when world says there is one.
-func (lo *local) fresh(rank, size int, world bool) (*local, error) {
-	n := *lo
-	n.ids = make([][idBytes]byte, size)
-	for p := range n.ids {
-		if p != rank || p == 0 && world && size > 1 {
-			var err error
-			if n.ids[p], err = lo.lib.uniqueID(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return &n, nil
 }
 
 // end aborts and closes a host connection that will not be used (nil: none).

@@ -26,7 +26,19 @@ const SpinBudget = 200 * time.Microsecond
 // done, the budget passes with nothing to do, or timeout (if positive)
 // passes. When ranks outnumber cores it gives the core away between
 // polls, so a rank never spins while the rank it waits for cannot run.
-func (e *Engine) spin(r *request, timeout time.Duration) {
+func (e *Engine) spin(r *request, timeout time.Duration) { e.SpinUntil(r.isDone, timeout) }
+
+// SpinUntil polls the engine's pollable transports from the calling
+// goroutine, as a goroutine in Wait does, until done reports true, the
+// spin budget (SpinBudget) passes with nothing moved, or timeout (if
+// positive) passes; it reports whether done did. It is for a goroutine
+// that waits for something other than one of this engine's requests but
+// needs this engine's messages to come (another backend, whose own
+// goroutines wait in this engine's receives): polling takes them as they
+// arrive, with no goroutine to wake, and the transport's senders are told
+// someone polls (they ring no bell). An engine without pollable
+// transports returns done() at once.
+func (e *Engine) SpinUntil(done func() bool, timeout time.Duration) bool {
 	// started has bit k set when poller k may Spin (a rank has a poller
 	// per transport kind: two at most).
 	var started uint64
@@ -36,7 +48,7 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 		}
 	}
 	if started == 0 {
-		return
+		return done()
 	}
 	var begin, idle time.Time
 	active := false
@@ -46,7 +58,7 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 				active = true
 			}
 		}
-		if r.isDone() {
+		if done() {
 			break
 		}
 		e.SpinPause(i)
@@ -66,12 +78,13 @@ func (e *Engine) spin(r *request, timeout time.Duration) {
 			}
 		}
 	}
-	parking := !r.isDone()
+	ok := done()
 	for k, p := range e.pollers {
 		if started&(1<<k) != 0 {
-			p.SpinEnd(parking)
+			p.SpinEnd(!ok)
 		}
 	}
+	return ok
 }
 
 // SpinPause is what a goroutine polling in a loop does between its polls

@@ -288,8 +288,18 @@ func leaks(before, now snapshot) []string {
 			}
 		}
 		slices.Sort(fds)
+		var socks map[string]string
 		for _, fd := range fds {
-			out = append(out, fmt.Sprintf("file descriptor %d: %s", fd, now.fds[fd]))
+			t := now.fds[fd]
+			if strings.HasPrefix(t, "socket:[") {
+				if socks == nil {
+					socks = sockets()
+				}
+				if d := socks[strings.TrimSuffix(strings.TrimPrefix(t, "socket:["), "]")]; d != "" {
+					t += " (" + d + ")"
+				}
+			}
+			out = append(out, fmt.Sprintf("file descriptor %d: %s", fd, t))
 		}
 	}
 	for _, name := range sorted(now.maps) {
@@ -308,6 +318,53 @@ func leaks(before, now snapshot) []string {
 		}
 	}
 	return out
+}
+
+// sockets describes the process's sockets by inode, from /proc/self/net:
+// "tcp 127.0.0.1:5000 -> 127.0.0.1:41234" or "unix /path" ("unix" alone
+// for an unnamed one), so a leak report says what a socket is.
+func sockets() map[string]string {
+	out := map[string]string{}
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, _ := os.ReadFile("/proc/self/net/" + f)
+		for i, line := range strings.Split(string(b), "\n") {
+			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+			x := strings.Fields(line)
+			if i == 0 || len(x) < 10 {
+				continue
+			}
+			out[x[9]] = fmt.Sprintf("%s %s -> %s", f, hexAddr(x[1]), hexAddr(x[2]))
+		}
+	}
+	b, _ := os.ReadFile("/proc/self/net/unix")
+	for i, line := range strings.Split(string(b), "\n") {
+		// Num RefCount Protocol Flags Type St Inode [Path]
+		x := strings.Fields(line)
+		if i == 0 || len(x) < 7 {
+			continue
+		}
+		d := "unix"
+		if len(x) > 7 {
+			d += " " + x[7]
+		}
+		out[x[6]] = d
+	}
+	return out
+}
+
+// hexAddr turns /proc/net/tcp's address form (IPv4 in host byte order,
+// then the port, in hexadecimal) into a readable one; an IPv6 address
+// keeps its hexadecimal form.
+func hexAddr(a string) string {
+	host, port, ok := strings.Cut(a, ":")
+	p, err := strconv.ParseUint(port, 16, 16)
+	if !ok || err != nil {
+		return a
+	}
+	if v, err := strconv.ParseUint(host, 16, 32); err == nil && len(host) == 8 {
+		return fmt.Sprintf("%d.%d.%d.%d:%d", byte(v), byte(v>>8), byte(v>>16), byte(v>>24), p)
+	}
+	return fmt.Sprintf("[%s]:%d", host, p)
 }
 
 func sorted[V any](m map[string]V) []string {

@@ -3,6 +3,7 @@
 package leakcheck
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -93,5 +94,35 @@ func TestPrivateTmpDir(t *testing.T) {
 	}
 	if os.Getenv(ownerEnv) == "" {
 		t.Fatalf("%s is not set for the processes the tests start", ownerEnv)
+	}
+}
+
+// TestSocketsNamed: a socket left open is reported with its addresses,
+// so a report says which connection it is.
+func TestSocketsNamed(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	u, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	got := strings.Join(leaks(before, take()), "\n")
+	for _, want := range []string{
+		"(tcp 127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port) + " -> 0.0.0.0:0)",
+		"(tcp " + c.LocalAddr().String() + " -> " + l.Addr().String() + ")",
+		"(unix " + u.Addr().String() + ")",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report does not say %q:\n%s", want, got)
+		}
 	}
 }

@@ -69,8 +69,9 @@
 //     a word waits for the word (up to 10 s), one held by anything else
 //     fails at once;
 //   - device memory is a memory file, so that CUDA IPC works in one
-//     process: cuIpcGetMemHandle of an allocation's start, and
-//     cuIpcOpenMemHandle maps the file again at an address of its own (a
+//     process and between processes of one user: cuIpcGetMemHandle of an
+//     allocation's start, and cuIpcOpenMemHandle maps the file again at
+//     an address of its own (through /proc/PID/fd from another process; a
 //     handle of freed memory is refused; a mapping open when its memory is
 //     freed stays valid until cuIpcCloseMemHandle);
 //   - ncclCommFinalize completes only once every rank of the communicator
@@ -79,6 +80,7 @@
 //     would run that barrier inside, is an error.
 
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <limits.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -789,7 +791,12 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
 	if (r) return r;
 	if (n == 0) return CU_INVALID_VALUE;
 	struct mem *m = calloc(1, sizeof *m);
-	m->fd = memfd_create("fakegpu", MFD_CLOEXEC);
+	LOCK();
+	uint64_t serial = ++mem_serials;
+	UNLOCK();
+	char name[64];
+	snprintf(name, sizeof name, "fakegpu-%llu", (unsigned long long)serial);
+	m->fd = memfd_create(name, MFD_CLOEXEC);
 	if (m->fd < 0 || ftruncate(m->fd, (off_t)n) != 0) {
 		if (m->fd >= 0) close(m->fd);
 		free(m);
@@ -809,7 +816,7 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
 	}
 	m->n = n;
 	LOCK();
-	m->serial = ++mem_serials;
+	m->serial = serial;
 	m->dev = cur()->dev;
 	m->next = mems;
 	mems = m;
@@ -848,22 +855,45 @@ CUresult cuMemFree_v2(unsigned long long p) {
 
 // --- interprocess memory ---
 //
-// A handle holds the allocation's serial number, its memory file and its
-// size. Opening one maps the file again, at an address of its own, on the
-// opening context's device; the allocation must still be live then (a
-// handle of freed memory is CU_INVALID_VALUE: its file is closed, and its
-// number may be reused), but a mapping open when it is freed stays valid
-// until closed, as on a GPU. Opening on the device that exported it, in
-// the process that did, is allowed here (the tests' ranks share one
-// process); on a GPU only another process can.
+// A handle holds the allocation's serial number, its memory file, its
+// size and the exporting process. Opening one maps the file again, at an
+// address of its own, on the opening context's device; the allocation
+// must still be live then (a handle of freed memory is CU_INVALID_VALUE:
+// its file is closed, and its number may be reused), but a mapping open
+// when it is freed stays valid until closed, as on a GPU. Opening on the
+// device that exported it, in the process that did, is allowed here (the
+// tests' ranks share one process); on a GPU only another process can.
+// Another process opens the file through /proc/PID/fd/FD, and knows it by
+// its name, which holds the serial number ("memfd:fakegpu-SERIAL").
 
 struct ipc_handle {
 	char magic[8]; // "fakegpu"
 	uint64_t serial;
 	uint64_t size;
 	int32_t fd;
-	char pad[36];
+	int32_t pid;
+	char pad[32];
 };
+
+// open_foreign opens the memory file of a handle from another process,
+// or returns -1 when that allocation is gone.
+static int open_foreign(const struct ipc_handle *h) {
+	char path[64], want[64], got[128];
+	snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
+	snprintf(want, sizeof want, "/memfd:fakegpu-%llu (deleted)", (unsigned long long)h->serial);
+	ssize_t k = readlink(path, got, sizeof got - 1);
+	if (k < 0) return -1;
+	got[k] = 0;
+	if (strcmp(got, want) != 0) return -1;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) return -1;
+	off_t n = lseek(fd, 0, SEEK_END);
+	if (n < 0 || (uint64_t)n != h->size) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
 
 CUresult cuMemGetAddressRange_v2(unsigned long long *base, size_t *size, unsigned long long p) {
 	CUresult r = need_ctx();
@@ -893,6 +923,7 @@ CUresult cuIpcGetMemHandle(struct ipc_handle *h, unsigned long long p) {
 			h->serial = m->serial;
 			h->size = m->n;
 			h->fd = m->fd;
+			h->pid = (int32_t)getpid();
 			UNLOCK();
 			return CU_OK;
 		}
@@ -906,19 +937,26 @@ CUresult cuIpcOpenMemHandle_v2(unsigned long long *p, struct ipc_handle h, unsig
 	CUresult r = need_ctx();
 	if (r) return r;
 	if (memcmp(h.magic, "fakegpu", 8) != 0) return CU_INVALID_VALUE;
-	LOCK();
-	struct mem *src = NULL;
-	for (struct mem *m = mems; m != NULL; m = m->next) {
-		if (m->dev >= 0 && !m->opened && m->serial == h.serial) src = m;
+	int fd = -1;
+	if (h.pid != (int32_t)getpid()) {
+		if ((fd = open_foreign(&h)) < 0) return CU_INVALID_VALUE; // freed, or never exported
 	}
-	if (src == NULL || src->n != h.size || src->fd != h.fd) {
-		UNLOCK();
-		return CU_INVALID_VALUE; // freed, or never exported
+	LOCK();
+	if (fd < 0) {
+		struct mem *src = NULL;
+		for (struct mem *m = mems; m != NULL; m = m->next) {
+			if (m->dev >= 0 && !m->opened && m->serial == h.serial) src = m;
+		}
+		if (src == NULL || src->n != h.size || src->fd != h.fd) {
+			UNLOCK();
+			return CU_INVALID_VALUE; // freed, or never exported
+		}
+		fd = dup(src->fd);
 	}
 	struct mem *m = calloc(1, sizeof *m);
-	m->fd = dup(src->fd);
-	m->n = src->n;
-	m->serial = src->serial;
+	m->fd = fd;
+	m->n = h.size;
+	m->serial = h.serial;
 	m->opened = 1;
 	m->dev = cur()->dev;
 	m->p = mmap(NULL, m->n, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);

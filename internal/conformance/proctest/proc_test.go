@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/courier-mp/courier/internal/conformance/proctest"
@@ -66,4 +68,39 @@ func TestConformanceProcesses(t *testing.T) {
 			proctest.Launch(t, rankTest, procs, opts)
 		})
 	}
+	// "nccl-ipc": the nccl backend on the fake GPU of backend/nccl's
+	// tests, every rank on its GPU 0, so that every pair meets through the
+	// CUDA IPC path between processes (the fake maps another process's
+	// device memory through /proc/PID/fd), its DESC and DONE on shared
+	// memory.
+	t.Run("nccl-ipc", func(t *testing.T) {
+		lib := buildFakeGPU(t)
+		procs, err := proctest.Loopback(*ranksFlag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range procs {
+			procs[i].Env = append(procs[i].Env, "COURIER_BACKEND=nccl", "COURIER_SHM_PREFAULT=0", "COURIER_DEVICE=0",
+				"COURIER_CUDA_LIBRARY="+lib, "COURIER_NCCL_LIBRARY="+lib, "COURIER_REQUIRE_GPU=")
+		}
+		proctest.Launch(t, rankTest, procs, opts)
+	})
+}
+
+// buildFakeGPU compiles backend/nccl's fake CUDA and NCCL library into
+// the test's directory and returns its path. Without a C compiler the
+// test fails: CI has one.
+func buildFakeGPU(t *testing.T) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	dir := filepath.Join("..", "..", "..", "backend", "nccl")
+	lib := filepath.Join(t.TempDir(), "libfakegpu.so")
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", dir, "-o", lib, filepath.Join(dir, "testdata", "fakegpu.c"), "-lpthread").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the fake GPU library: %v\n%s", err, out)
+	}
+	return lib
 }
