@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"unsafe"
 
@@ -42,7 +41,9 @@ func init() {
 // fakeDriver opens communicators on fake engines: the host connection is
 // real (tcp), the GPU side is a fabric shared by the job's ranks in this
 // process. With ipc ("nccl-fake-ipc"), every pair of ranks shares a GPU:
-// no channels, the IPC path over host memory (hostIPC).
+// no channels, the IPC path over host memory (hostIPC), with the host
+// connection on shared memory, as openControl makes it for ranks that
+// share a GPU.
 type fakeDriver struct{ ipc bool }
 
 func (d fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn, error) {
@@ -50,7 +51,7 @@ func (d fakeDriver) Open(ctx context.Context, cfg backend.Config) (backend.Conn,
 	var ctl *control
 	if job.Size > 1 {
 		var err error
-		if ctl, err = openControl(ctx, cfg, os.Getenv("PROBE_SHM") != ""); err != nil {
+		if ctl, err = openControl(ctx, cfg, d.ipc); err != nil {
 			return nil, err
 		}
 	}
