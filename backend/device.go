@@ -12,7 +12,9 @@ const DeviceEnv = "COURIER_DEVICE"
 
 // PickDevice chooses the GPU of the rank cfg describes among the n of its
 // host: $COURIER_DEVICE, else the local rank (else the rank, when the
-// launcher does not say). Every backend that uses a GPU, and mp's
+// launcher does not say) modulo n, so that a host with more ranks than
+// GPUs puts them on its GPUs in turn (ranks that share a GPU meet through
+// CUDA IPC on the nccl backend). Every backend that uses a GPU, and mp's
 // Comm.Device, choose with it. The error matches ErrInvalid.
 func PickDevice(cfg Config, n int) (int, error) {
 	if s := strings.TrimSpace(cfg.Getenv(DeviceEnv)); s != "" {
@@ -22,15 +24,14 @@ func PickDevice(cfg Config, n int) (int, error) {
 		}
 		return d, nil
 	}
-	lr, what := cfg.Job.LocalRank, "local rank"
+	if n < 1 {
+		return 0, fmt.Errorf("%w: this host has no GPU", ErrInvalid)
+	}
+	lr := cfg.Job.LocalRank
 	if lr < 0 {
-		lr, what = cfg.Job.Rank, "rank (the launcher gives no local rank)"
+		lr = cfg.Job.Rank // the launcher gives no local rank
 	}
-	if lr >= n {
-		return 0, fmt.Errorf("%w: this process is %s %d, but its host has %d GPU(s): run at most one rank per GPU, or set %s",
-			ErrInvalid, what, lr, n, DeviceEnv)
-	}
-	return lr, nil
+	return lr % n, nil
 }
 
 // The GPU side of the contract: optional capabilities of a transport that

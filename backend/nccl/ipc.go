@@ -232,6 +232,21 @@ func newIPCPath(mem ipcMem, on []bool) *ipcPath {
 	return p
 }
 
+// Transport names what carries messages from this rank to rank p:
+// "self", "cuda-ipc" for a rank that shares this rank's GPU, "nccl" for
+// the others, "" outside the communicator (mp.Comm.Transport).
+func (c *conn) Transport(p int) string {
+	switch {
+	case p < 0 || p >= c.size:
+		return ""
+	case p == c.rank:
+		return "self"
+	case c.ipcPeerOf(p) != nil:
+		return "cuda-ipc"
+	}
+	return "nccl"
+}
+
 // ipcPeerOf returns the IPC path's peer p, or nil when messages with p
 // take the channels.
 func (c *conn) ipcPeerOf(p int) *ipcPeer {

@@ -46,6 +46,11 @@ func sharedGPUJob(t *testing.T, n int, check bool) []*conn {
 func TestFakeGPUChildIPC(t *testing.T) {
 	for _, check := range []bool{false, true} {
 		cs := sharedGPUJob(t, 2, check)
+		for r, c := range cs {
+			if got := [3]string{c.Transport(r), c.Transport(1 - r), c.Transport(2)}; got != [3]string{"self", "cuda-ipc", ""} {
+				t.Errorf("rank %d: Transport of itself, its peer, rank 2: %q", r, got)
+			}
+		}
 		for _, n := range []int{0, 8, ipcInline, ipcInline + 1, 3 << 20} {
 			for _, dev := range []bool{false, true} {
 				ranks(cs, func(r int, c *conn) {

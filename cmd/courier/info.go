@@ -23,7 +23,11 @@ Prints what this machine offers courier: the launcher this process sees (and
 its rank), the backends and whether each can run here (with the reason when
 it cannot), the backend COURIER_BACKEND picks, whether ranks of this host can
 meet through shared memory (and copy large messages once), the CUDA driver
-and GPUs, and NCCL's version. Run it under the launcher (mpirun -np 2
+and GPUs, NCCL's version, and, for the ranks of this host (the launcher's
+local ranks, else one per GPU and at least two), which GPU each takes and
+the path the nccl backend gives each pair: cuda-ipc for two ranks on one
+GPU, nccl for two GPUs, refused where COURIER_CUDA_IPC=0 would leave two
+ranks on one GPU. (Ranks of other hosts always meet through nccl.) Run it under the launcher (mpirun -np 2
 courier info) to see what each rank sees. It changes nothing, and exits 0
 whatever it finds.
 
@@ -108,6 +112,13 @@ func (a *app) info(args []string) int {
 			bus, _ := d.PCIBusID()
 			fmt.Fprintf(w, "  %v: %s, %.1f GiB, compute %d.%d, %s\n", d, name, float64(mem)/(1<<30), major, minor, bus)
 		}
+		if n > 0 {
+			local := -1
+			if err == nil && job.LocalSize > 1 {
+				local = job.LocalSize
+			}
+			io.WriteString(w, gpuPairs(n, local, os.Getenv))
+		}
 	}
 	if v, path, err := nccl.Version(); err != nil {
 		fmt.Fprintln(w, labeled("nccl", err))
@@ -118,6 +129,52 @@ func (a *app) info(args []string) int {
 		return a.infoPeers(w)
 	}
 	return 0
+}
+
+// maxPairs bounds the pairs gpuPairs lists.
+const maxPairs = 28
+
+// gpuPairs says, for localSize ranks on a host of n GPUs (-1: one per GPU
+// and at least two), which GPU each rank takes (backend.PickDevice) and
+// which path the nccl backend gives each pair, and why.
+func gpuPairs(n, localSize int, getenv func(string) string) string {
+	var b strings.Builder
+	what := "the launcher's local ranks"
+	if localSize < 0 {
+		localSize, what = max(n, 2), "a job of one rank per GPU (at least two); run under the launcher for its own"
+	}
+	devs := make([]int, localSize)
+	for lr := range devs {
+		d, err := backend.PickDevice(backend.Config{Job: backend.Job{Rank: lr, LocalRank: lr, Size: localSize}, Env: getenv}, n)
+		if err != nil {
+			fmt.Fprintf(&b, "gpu pairs: %v\n", err)
+			return b.String()
+		}
+		devs[lr] = d
+	}
+	ipcOff := strings.TrimSpace(getenv(nccl.IPCEnv)) == "0"
+	fmt.Fprintf(&b, "gpu pairs: %d ranks on this host (%s): GPUs %v by local rank\n", localSize, what, devs)
+	listed := 0
+	for i := range devs {
+		for j := i + 1; j < len(devs); j++ {
+			if listed == maxPairs {
+				fmt.Fprintf(&b, "  … and %d pairs more\n", localSize*(localSize-1)/2-maxPairs)
+				return b.String()
+			}
+			listed++
+			var path string
+			switch {
+			case devs[i] != devs[j]:
+				path = fmt.Sprintf("nccl (GPUs %d and %d)", devs[i], devs[j])
+			case ipcOff:
+				path = fmt.Sprintf("refused (both on GPU %d, and %s=0 turns off the CUDA IPC path)", devs[i], nccl.IPCEnv)
+			default:
+				path = fmt.Sprintf("cuda-ipc (both on GPU %d)", devs[i])
+			}
+			fmt.Fprintf(&b, "  local ranks %d and %d: %s\n", i, j, path)
+		}
+	}
+	return b.String()
 }
 
 // shmInfo says whether ranks of this host can meet through shared memory,

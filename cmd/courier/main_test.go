@@ -433,3 +433,45 @@ func TestInfo(t *testing.T) {
 		t.Errorf("info with an argument: exit %d, want 2", code)
 	}
 }
+
+// TestGPUPairs: the table of courier info's pairs puts ranks on the GPUs
+// in turn (or all on COURIER_DEVICE), and gives two ranks on one GPU the
+// CUDA IPC path, two GPUs NCCL, and a shared GPU with COURIER_CUDA_IPC=0
+// the refusal Open gives.
+func TestGPUPairs(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	got := gpuPairs(2, 3, env())
+	for _, want := range []string{
+		"3 ranks on this host (the launcher's local ranks): GPUs [0 1 0] by local rank",
+		"local ranks 0 and 1: nccl (GPUs 0 and 1)",
+		"local ranks 0 and 2: cuda-ipc (both on GPU 0)",
+		"local ranks 1 and 2: nccl (GPUs 1 and 0)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("3 ranks on 2 GPUs: no %q in\n%s", want, got)
+		}
+	}
+	got = gpuPairs(1, -1, env("COURIER_CUDA_IPC", "0"))
+	if !strings.Contains(got, "2 ranks on this host (a job of one rank per GPU") || !strings.Contains(got, "local ranks 0 and 1: refused (both on GPU 0, and COURIER_CUDA_IPC=0") {
+		t.Errorf("one GPU, the path off:\n%s", got)
+	}
+	got = gpuPairs(4, 2, env("COURIER_DEVICE", "3"))
+	if !strings.Contains(got, "GPUs [3 3]") || !strings.Contains(got, "cuda-ipc (both on GPU 3)") {
+		t.Errorf("COURIER_DEVICE=3:\n%s", got)
+	}
+	if got = gpuPairs(2, 2, env("COURIER_DEVICE", "9")); !strings.Contains(got, "gpu pairs: ") || !strings.Contains(got, "COURIER_DEVICE") {
+		t.Errorf("a bad COURIER_DEVICE:\n%s", got)
+	}
+	if got = gpuPairs(1, 10, env()); !strings.Contains(got, "and 17 pairs more") {
+		t.Errorf("10 ranks: the list is not bounded:\n%s", got)
+	}
+}
