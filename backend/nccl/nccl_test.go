@@ -270,7 +270,7 @@ func TestPickDevice(t *testing.T) {
 		{cfg(0, 0, ""), 0, true},
 		{cfg(5, 1, ""), 1, true},
 		{cfg(1, -1, ""), 1, true}, // no local rank: the rank
-		{cfg(0, 2, ""), 0, true}, // more ranks than GPUs: in turn
+		{cfg(0, 2, ""), 0, true},  // more ranks than GPUs: in turn
 		{cfg(3, 3, ""), 1, true},
 		{cfg(3, -1, ""), 1, true},
 		{cfg(0, 0, "1"), 1, true},
