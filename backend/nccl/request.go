@@ -72,6 +72,9 @@ var reqPool = sync.Pool{New: func() any { return new(request) }}
 func newRequest(c *conn, recv bool, buf backend.Buffer, peer, tag int, caller uintptr) *request {
 	r := reqPool.Get().(*request)
 	r.c, r.recv, r.buf, r.peer, r.tag, r.caller = c, recv, buf, peer, tag, caller
+	if r.isDone == nil {
+		r.isDone = r.done.Load // once per object, before any waiter sees it
+	}
 	return r
 }
 

@@ -109,9 +109,6 @@ func (c *conn) waitIPCRequest(r *request, timeout time.Duration) error {
 	c.poke() // what is queued on the channels goes to NCCL, as any wait does
 	start := time.Now()
 	polls := c.ctl != nil && c.ctl.polls()
-	if polls && r.isDone == nil {
-		r.isDone = r.done.Load
-	}
 	for i := 1; !r.done.Load(); i++ {
 		if polls {
 			left := time.Duration(0)
