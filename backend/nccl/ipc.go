@@ -490,7 +490,7 @@ func (c *conn) ipcDescReader(ip *ipcPeer) {
 	buf := make([]byte, ipcDescSize+ipcInline)
 	var next uint64
 	for {
-		st, err := c.ctl.recv(hostBytes(buf), ip.rank, ipcDescTag)
+		st, err := c.ctl.recvParked(hostBytes(buf), ip.rank, ipcDescTag)
 		var d ipcDesc
 		if err == nil {
 			d, err = decodeIPCDesc(buf[:st.Count])
@@ -603,7 +603,7 @@ func (c *conn) ipcDoneReader(ip *ipcPeer) {
 	defer c.wg.Done()
 	var buf [ipcDoneSize]byte
 	for {
-		st, err := c.ctl.recv(hostBytes(buf[:]), ip.rank, ipcDoneTag)
+		st, err := c.ctl.recvParked(hostBytes(buf[:]), ip.rank, ipcDoneTag)
 		c.mu.Lock()
 		if err == nil && st.Count != ipcDoneSize {
 			err = fmt.Errorf("nccl: %w: a DONE of %d bytes from rank %d", backend.ErrCorrupt, st.Count, ip.rank)

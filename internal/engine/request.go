@@ -84,6 +84,15 @@ func (r *request) Test() (bool, backend.Status, error) {
 	return r.completion.Test()
 }
 
+// WaitParked is Wait without the spin: the calling goroutine sleeps until
+// the request completes, at most timeout (if positive). It is for a
+// goroutine whose arrivals others take: the transport's own goroutine, or
+// a goroutine that waits for something else and polls this engine
+// (SpinUntil). A spinner more would only take turns with them.
+func (r *request) WaitParked(timeout time.Duration) (backend.Status, error) {
+	return r.completion.Wait(timeout)
+}
+
 // Wait implements backend.Request: with transports that can be polled,
 // the waiting goroutine takes arrivals itself for a while before it parks.
 func (r *request) Wait(timeout time.Duration) (backend.Status, error) {
