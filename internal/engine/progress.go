@@ -52,27 +52,14 @@ func (e *Engine) SpinUntil(done func() bool, timeout time.Duration) bool {
 	}
 	var begin, idle time.Time
 	active := false
-	// With one P, a poll that moved something has likely made a goroutine
-	// runnable (the receiver of what it took), which can run only once
-	// this one yields: it yields at once rather than at its next 64th
-	// pause. (The CUDA IPC path's readers and copier, woken by the
-	// waiter's polls, each waited up to 64 polls otherwise in a rank
-	// bound to one core: 2 MiB messages moved at 29 GB/s bound, 219
-	// unbound, on the H200.)
-	oneP := runtime.GOMAXPROCS(0) == 1
 	for i := 0; ; i++ {
-		moved := false
 		for k, p := range e.pollers {
 			if started&(1<<k) != 0 && p.Spin() {
-				moved = true
+				active = true
 			}
 		}
-		active = active || moved
 		if done() {
 			break
-		}
-		if moved && oneP {
-			runtime.Gosched()
 		}
 		e.SpinPause(i)
 		// The clock is read every 16 polls from the 16th on: a reply that
