@@ -1,6 +1,9 @@
 package cuda
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // IPCHandle names an allocation of device memory to the other processes
 // of this host (cuIpcGetMemHandle): 64 opaque bytes, which the exporting
@@ -213,4 +216,56 @@ func (m *memTable) isDevice(p uintptr, bytes int64) bool {
 	defer m.mu.RUnlock()
 	b, ok := m.device[p]
 	return ok && b == bytes
+}
+
+// exportedID returns the number of the live allocation at p and whether
+// ExportIPC has exported it.
+func (m *memTable) exportedID(p uintptr) (uint64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.export[p]
+	return m.ids[p], ok
+}
+
+// freeWatchers are the functions WatchFrees registered, by a number of
+// their own.
+var freeWatchers struct {
+	mu   sync.Mutex
+	next int
+	m    map[int]func(id uint64)
+}
+
+// WatchFrees calls f with the number (IPCRegion.ID) of every exported
+// allocation (ExportIPC) that Free frees from now on, once it is freed,
+// on the goroutine that called Free, until stop is called. A process that
+// has handed the allocation's handle to others tells them with it that
+// their mappings hold memory nobody uses any more (a mapping keeps the
+// memory of its allocation until it is closed). f must not block.
+func WatchFrees(f func(id uint64)) (stop func()) {
+	freeWatchers.mu.Lock()
+	defer freeWatchers.mu.Unlock()
+	if freeWatchers.m == nil {
+		freeWatchers.m = make(map[int]func(uint64))
+	}
+	k := freeWatchers.next
+	freeWatchers.next++
+	freeWatchers.m[k] = f
+	return func() {
+		freeWatchers.mu.Lock()
+		defer freeWatchers.mu.Unlock()
+		delete(freeWatchers.m, k)
+	}
+}
+
+// freed tells the watchers that exported allocation id is freed.
+func freed(id uint64) {
+	freeWatchers.mu.Lock()
+	fs := make([]func(uint64), 0, len(freeWatchers.m))
+	for _, f := range freeWatchers.m {
+		fs = append(fs, f)
+	}
+	freeWatchers.mu.Unlock()
+	for _, f := range fs {
+		f(id)
+	}
 }

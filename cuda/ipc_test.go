@@ -146,7 +146,16 @@ func TestExportIPC(t *testing.T) {
 		_, err = ExportIPC(0, s.Ptr(), -1)
 		wantIs(t, err, ErrInvalid)
 		ids := map[uint64]bool{r.ID: true}
+		var told []uint64
+		stop := WatchFrees(func(id uint64) { told = append(told, id) })
+		plain, err := Alloc[byte](0, 64) // never exported: no word of its free
+		noErr(t, err)
+		noErr(t, plain.Free())
 		noErr(t, s.Free())
+		stop()
+		if len(told) != 1 || told[0] != r.ID {
+			t.Fatalf("the watcher was told of %v; want only the exported allocation %d", told, r.ID)
+		}
 		_, err = ExportIPC(0, s.Ptr(), 4)
 		if err == nil {
 			t.Fatal("freed memory exported")

@@ -91,12 +91,16 @@ func (s Slice[T]) Free() error {
 	if l.mem.isOpened(s.ptr) {
 		return errInvalid(op, "%#x is another process's memory, opened with OpenIPC: close it with CloseIPC", s.ptr)
 	}
+	id, wasExported := l.mem.exportedID(s.ptr)
 	if !l.mem.takeDevice(s.ptr, bytes) {
 		return errInvalid(op, "%#x (%d bytes) is not a live allocation: freed twice, or a sub-slice", s.ptr, bytes)
 	}
 	if err := l.drv.memFree(ctx, s.ptr); err != nil {
 		l.mem.addDevice(s.ptr, bytes)
 		return err
+	}
+	if wasExported {
+		freed(id)
 	}
 	return nil
 }

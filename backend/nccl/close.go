@@ -47,6 +47,9 @@ func (c *conn) Close() error {
 		}
 		c.wg.Wait()
 		if c.ipc != nil {
+			if c.ipc.stopWatch != nil {
+				c.ipc.stopWatch()
+			}
 			if err := c.ipc.mem.close(); err != nil {
 				errs = append(errs, err)
 			}

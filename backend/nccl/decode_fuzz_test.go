@@ -115,8 +115,9 @@ func FuzzIDs(f *testing.F) {
 // connection delivers them from a rank that shares this one's GPU:
 // decoding never panics; a descriptor that decodes has a valid type, a
 // count in range, an inline payload of exactly the message's size or a
-// region that holds the message, and encodes back to the same bytes; one
-// that does not is ErrCorrupt.
+// region that holds the message (or, a forget, no message and an
+// allocation to forget), and encodes back to the same bytes; one that
+// does not is ErrCorrupt.
 func FuzzIPCDesc(f *testing.F) {
 	buf := make([]byte, ipcDescSize+ipcInline)
 	for _, d := range []ipcDesc{
@@ -124,6 +125,8 @@ func FuzzIPCDesc(f *testing.F) {
 		{seq: 1 << 33, count: 1 << 20, tag: 0, typ: backend.Float32, region: cuda.IPCRegion{ID: 9, Offset: 64, Size: 8 << 20}},
 		{seq: 0, count: 0, tag: 1, typ: backend.Uint8, inline: true},
 		{seq: 5, count: 4, tag: 2, typ: backend.Int32, region: cuda.IPCRegion{ID: 1, Offset: 10, Size: 20}}, // passes the region's end
+		{seq: 6, typ: backend.Uint8, forget: true, region: cuda.IPCRegion{ID: 12}},
+		{seq: 7, count: 1, typ: backend.Uint8, forget: true, region: cuda.IPCRegion{ID: 12, Size: 4}}, // a forget with a message
 	} {
 		n := d.encode(buf)
 		f.Add(append([]byte(nil), buf[:n]...))
@@ -140,6 +143,9 @@ func FuzzIPCDesc(f *testing.F) {
 		n := d.bytes()
 		if !d.typ.Valid() || d.count < 0 || n < 0 {
 			t.Fatalf("decoded %d × type %d (%d bytes)", d.count, d.typ, n)
+		}
+		if d.forget && (d.inline || n != 0 || d.region.ID == 0) {
+			t.Fatalf("a forget of allocation %d with a message of %d bytes (inline %v)", d.region.ID, n, d.inline)
 		}
 		if d.inline && int64(len(d.data)) != n {
 			t.Fatalf("an inline payload of %d bytes for %d", len(d.data), n)

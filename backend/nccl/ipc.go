@@ -32,7 +32,13 @@ import (
 //     copy out of the mapping is all the GPU does per message;
 //   - DONE, receiver to sender, for each message that was not inline,
 //     once the receiver's copy has finished: the send completes then, and
-//     only then may its buffer change.
+//     only then may its buffer change;
+//   - a forget, a DESC with no message, sender to receiver, in the same
+//     numbered stream, once the sender has freed (cuda's Free) an
+//     allocation whose region it gave the receiver: the receiver closes
+//     its mapping of it, which would keep the memory until the cache
+//     evicted it (cuda.WatchFrees; the mapping of memory this package did
+//     not allocate waits for eviction).
 //
 // The host connection is shared memory between the ranks of one host
 // (openControl), so DESC and DONE take a microsecond or so each.
@@ -81,6 +87,7 @@ type ipcDesc struct {
 	tag    int32
 	typ    backend.DType
 	inline bool           // the payload follows the descriptor
+	forget bool           // no message: the sender freed allocation region.ID, so drop its mapping
 	region cuda.IPCRegion // where the payload lies (not inline, not empty)
 	data   []byte         // the inline payload (a view of the reader's buffer)
 }
@@ -88,7 +95,10 @@ type ipcDesc struct {
 // bytes is the payload's size.
 func (d *ipcDesc) bytes() int64 { return d.count * int64(d.typ.Size()) }
 
-const ipcFlagInline = 1
+const (
+	ipcFlagInline = 1
+	ipcFlagForget = 2
+)
 
 // encode writes d into b (at least ipcDescSize bytes, and the inline
 // payload after them) and returns the message's length.
@@ -100,6 +110,9 @@ func (d *ipcDesc) encode(b []byte) int {
 	b[20] = byte(d.typ)
 	if d.inline {
 		b[21] = ipcFlagInline
+	}
+	if d.forget {
+		b[21] |= ipcFlagForget
 	}
 	binary.LittleEndian.PutUint64(b[24:], d.region.ID)
 	binary.LittleEndian.PutUint64(b[32:], uint64(d.region.Offset))
@@ -124,17 +137,20 @@ func decodeIPCDesc(b []byte) (ipcDesc, error) {
 		tag:    int32(binary.LittleEndian.Uint32(b[16:])),
 		typ:    backend.DType(b[20]),
 		inline: b[21]&ipcFlagInline != 0,
+		forget: b[21]&ipcFlagForget != 0,
 	}
 	d.region.ID = binary.LittleEndian.Uint64(b[24:])
 	d.region.Offset = int64(binary.LittleEndian.Uint64(b[32:]))
 	d.region.Size = int64(binary.LittleEndian.Uint64(b[40:]))
 	copy(d.region.Handle[:], b[48:112])
-	if !d.typ.Valid() || d.count < 0 || d.count > (1<<62)/int64(max(d.typ.Size(), 1)) || b[21]&^ipcFlagInline != 0 ||
+	if !d.typ.Valid() || d.count < 0 || d.count > (1<<62)/int64(max(d.typ.Size(), 1)) || b[21]&^(ipcFlagInline|ipcFlagForget) != 0 ||
 		b[22] != 0 || b[23] != 0 || !allZero(b[112:ipcDescSize]) {
 		return ipcDesc{}, fmt.Errorf("nccl: %w: a descriptor of %d × type %d, flags %#x", backend.ErrCorrupt, d.count, b[20], b[21])
 	}
 	n := d.bytes()
 	switch {
+	case d.forget && (d.inline || n != 0 || d.region.ID == 0 || len(b) != ipcDescSize):
+		return ipcDesc{}, fmt.Errorf("nccl: %w: a descriptor that forgets allocation %d carries a message (%d bytes, inline %v)", backend.ErrCorrupt, d.region.ID, n, d.inline)
 	case d.inline:
 		if n > ipcInline || int64(len(b)-ipcDescSize) != n {
 			return ipcDesc{}, fmt.Errorf("nccl: %w: an inline payload of %d bytes for a message of %d", backend.ErrCorrupt, len(b)-ipcDescSize, n)
@@ -168,6 +184,12 @@ type ipcPeer struct {
 	outq    []*request
 	sendSeq uint64
 	sends   map[uint64]*request
+	// told: the allocations of this rank's whose regions went to the
+	// peer (it may keep them mapped); forgets: those freed since, for
+	// the sender to tell the peer (a forget DESC) so that it closes its
+	// mapping, which would keep the memory otherwise.
+	told    map[uint64]bool
+	forgets []uint64
 	// Receiving: the messages described that no receive has matched, the
 	// receives that have matched none, and the matched pairs the copier
 	// has not taken yet, each oldest first; descEnd says why no more
@@ -209,6 +231,8 @@ type ipcReq struct {
 type ipcPath struct {
 	mem   ipcMem
 	peers []*ipcPeer
+	// stopWatch ends the watch of frees (cuda.WatchFrees; nil: none).
+	stopWatch func()
 }
 
 // newIPCPath makes the path to the ranks of on (true for those that
@@ -225,6 +249,7 @@ func newIPCPath(mem ipcMem, on []bool) *ipcPath {
 		p.peers[k] = &ipcPeer{
 			rank:     k,
 			sends:    make(map[uint64]*request),
+			told:     make(map[uint64]bool),
 			sendWake: make(chan struct{}, 1),
 			copyWake: make(chan struct{}, 1),
 		}
@@ -261,6 +286,9 @@ func (c *conn) startIPC() {
 	if c.ipc == nil {
 		return
 	}
+	if _, ok := c.ipc.mem.(*cudaIPC); ok {
+		c.ipc.stopWatch = cuda.WatchFrees(c.ipcFreed)
+	}
 	for _, ip := range c.ipc.peers {
 		if ip == nil {
 			continue
@@ -270,6 +298,20 @@ func (c *conn) startIPC() {
 		go c.ipcDescReader(ip)
 		go c.ipcCopier(ip)
 		go c.ipcDoneReader(ip)
+	}
+}
+
+// ipcFreed is told that this process freed exported allocation id: the
+// peers its regions went to are told to forget it (ipcSender).
+func (c *conn) ipcFreed(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ip := range c.ipc.peers {
+		if ip != nil && ip.told[id] {
+			delete(ip.told, id)
+			ip.forgets = append(ip.forgets, id)
+			wakeUp(ip.sendWake)
+		}
 	}
 }
 
@@ -388,12 +430,22 @@ func (c *conn) ipcSender(ip *ipcPeer) {
 	buf := make([]byte, ipcDescSize+ipcInline)
 	for {
 		c.mu.Lock()
-		for len(ip.outq) == 0 {
+		for len(ip.outq) == 0 && len(ip.forgets) == 0 {
 			c.mu.Unlock()
 			if !c.waitIPC(ip.sendWake) {
 				return
 			}
 			c.mu.Lock()
+		}
+		if len(ip.forgets) > 0 {
+			id := ip.forgets[0]
+			ip.forgets = ip.forgets[1:]
+			d := ipcDesc{forget: true, typ: backend.Uint8, region: cuda.IPCRegion{ID: id}, seq: ip.sendSeq}
+			ip.sendSeq++
+			c.mu.Unlock()
+			m := d.encode(buf)
+			c.ctl.send(hostBytes(buf[:m]), ip.rank, ipcDescTag, 0) // a peer that is gone has no mapping to close
+			continue
 		}
 		r := ip.outq[0]
 		ip.outq[0] = nil
@@ -454,6 +506,7 @@ func (c *conn) ipcDescribe(ip *ipcPeer, r *request, buf []byte) {
 	if !d.inline {
 		r.ipc.source = src
 		ip.sends[d.seq] = r
+		ip.told[src.region.ID] = true
 	}
 	c.mu.Unlock()
 	m := d.encode(buf)
@@ -511,6 +564,14 @@ func (c *conn) ipcDescReader(ip *ipcPeer) {
 			return
 		}
 		next++
+		if d.forget {
+			// In order behind the copies matched before it: the copier
+			// closes the mapping once they have run.
+			ip.work = append(ip.work, ipcJob{m: &ipcMsg{d: d}})
+			wakeUp(ip.copyWake)
+			c.mu.Unlock()
+			continue
+		}
 		m := &ipcMsg{d: d}
 		if d.inline {
 			m.data = append([]byte(nil), d.data...)
@@ -548,9 +609,14 @@ func (c *conn) ipcCopier(ip *ipcPeer) {
 		ip.work = ip.work[k:]
 		c.mu.Unlock()
 		errs = errs[:0]
-		queued := false
+		queued, forgets := false, false
 		for _, j := range batch {
 			d := &j.m.d
+			if d.forget {
+				errs = append(errs, nil)
+				forgets = true
+				continue
+			}
 			err := j.verdict
 			if err == nil && d.bytes() > 0 && !j.r.done.Load() {
 				if ev := c.takeAfter(j.r); ev != nil {
@@ -578,16 +644,25 @@ func (c *conn) ipcCopier(ip *ipcPeer) {
 				}
 			}
 		}
+		if forgets {
+			// After the copies queued before: none reads a mapping closed.
+			for _, j := range batch {
+				if j.m.d.forget {
+					c.ipc.mem.forget(ip.rank, j.m.d.region.ID)
+				}
+			}
+		}
 		for _, j := range batch {
-			if d := &j.m.d; !d.inline {
+			if d := &j.m.d; !d.inline && !d.forget {
 				binary.LittleEndian.PutUint64(done[:], d.seq)
 				c.ctl.send(hostBytes(done[:]), ip.rank, ipcDoneTag, 0) // a sender that is gone needs no DONE
 			}
 		}
 		c.mu.Lock()
 		for i, j := range batch {
-			d := &j.m.d
-			c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, errs[i])
+			if d := &j.m.d; !d.forget {
+				c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, errs[i])
+			}
 		}
 		c.mu.Unlock()
 		clear(batch)

@@ -42,6 +42,8 @@ func (m *hostIPC) export(buf backend.Buffer) (ipcSource, error) {
 	}}, nil
 }
 
+func (m *hostIPC) forget(peer int, id uint64) {} // nothing is mapped
+
 func (m *hostIPC) writeIn(peer int, buf backend.Buffer, data []byte) error {
 	copy(hostView(buf), data)
 	return nil

@@ -164,6 +164,22 @@ func TestFakeGPUChildIPCMappings(t *testing.T) {
 	if open := cs[1].ipc.mem.(*cudaIPC).open(0); open > ipcCacheMax {
 		t.Errorf("rank 1 keeps %d mappings of rank 0's memory open, more than %d", open, ipcCacheMax)
 	}
+	// Every one of those buffers was freed after its send: rank 0 told
+	// rank 1 to forget each (a forget DESC), so that its mapping does not
+	// keep the memory. A last message from a buffer that stays comes after
+	// those DESCs and is copied after them: once it has arrived, rank 1
+	// holds its mapping alone.
+	ranks(cs, func(r int, c *conn) {
+		d := devBuf(t, c, 64)
+		if r == 0 {
+			waitAll(t, isend(t, c, devDesc(c, d), 1, 3))
+			return
+		}
+		waitAll(t, irecv(t, c, devDesc(c, d), 0, 3))
+		if open := c.ipc.mem.(*cudaIPC).open(0); open != 1 {
+			t.Errorf("rank 1 keeps %d mappings of rank 0's memory open after rank 0 freed all but one", open)
+		}
+	})
 }
 
 // A rank that aborts while its peer waits: the peer's receive of a message

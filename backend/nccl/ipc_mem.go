@@ -40,6 +40,9 @@ type ipcMem interface {
 	copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64) error
 	// settle waits for the copies copyIn queued for peer.
 	settle(peer int) error
+	// forget closes peer's mapping of its allocation id, if one is open:
+	// peer freed it (the copies from it have run).
+	forget(peer int, id uint64)
 	// follow makes peer's next copy start, on the GPU, after ev.
 	follow(peer int, ev *cuda.Event) error
 	// newSlot returns a completion word for a request a stream will wait
@@ -288,6 +291,17 @@ func (m *cudaIPC) mapping(peer int, r cuda.IPCRegion) (cuda.Slice[byte], error) 
 		old.s.CloseIPC()
 	}
 	return s, nil
+}
+
+// forget implements ipcMem: the copier calls it after the copies before
+// it have run (settle), so the mapping is closed at once.
+func (m *cudaIPC) forget(peer int, id uint64) {
+	c := m.maps[peer]
+	if e, ok := c.byID[id]; ok {
+		c.lru.Remove(e)
+		delete(c.byID, id)
+		e.Value.(*ipcMapping).s.CloseIPC()
+	}
 }
 
 // open reports how many mappings of peer's memory are open (tests).
