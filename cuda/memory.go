@@ -91,16 +91,16 @@ func (s Slice[T]) Free() error {
 	if l.mem.isOpened(s.ptr) {
 		return errInvalid(op, "%#x is another process's memory, opened with OpenIPC: close it with CloseIPC", s.ptr)
 	}
-	ok, exported := l.mem.takeDevice(s.ptr, bytes)
-	if !ok {
+	id, wasExported := l.mem.exportedID(s.ptr)
+	if !l.mem.takeDevice(s.ptr, bytes) {
 		return errInvalid(op, "%#x (%d bytes) is not a live allocation: freed twice, or a sub-slice", s.ptr, bytes)
 	}
 	if err := l.drv.memFree(ctx, s.ptr); err != nil {
 		l.mem.addDevice(s.ptr, bytes)
 		return err
 	}
-	if exported != 0 {
-		freed(exported)
+	if wasExported {
+		freed(id)
 	}
 	return nil
 }
@@ -552,20 +552,17 @@ func (m *memTable) addDevice(p uintptr, bytes int64) {
 }
 
 // takeDevice removes the allocation [p, p+bytes) and reports whether it
-// was live, and its number if ExportIPC had exported it (else 0).
-func (m *memTable) takeDevice(p uintptr, bytes int64) (ok bool, exported uint64) {
+// was live.
+func (m *memTable) takeDevice(p uintptr, bytes int64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if b, live := m.device[p]; !live || b != bytes {
-		return false, 0
-	}
-	if _, ok := m.export[p]; ok {
-		exported = m.ids[p]
+	if b, ok := m.device[p]; !ok || b != bytes {
+		return false
 	}
 	delete(m.device, p)
 	delete(m.ids, p)
 	delete(m.export, p)
-	return true, exported
+	return true
 }
 
 func (m *memTable) addHost(p uintptr, bytes int64) {
