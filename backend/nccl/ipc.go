@@ -749,7 +749,9 @@ func (c *conn) ipcFailAllLocked(err error) {
 		}
 		ip.posted = nil
 		for _, j := range ip.work {
-			c.ipcCompleteLocked(j.r, backend.Status{}, err)
+			if j.r != nil { // nil: a forget, no request
+				c.ipcCompleteLocked(j.r, backend.Status{}, err)
+			}
 		}
 		ip.work = nil
 		ip.msgs = nil
@@ -778,7 +780,9 @@ func (c *conn) ipcPendingLocked(out []backend.OpInfo) []backend.OpInfo {
 			out = append(out, r.info())
 		}
 		for _, j := range ip.work {
-			out = append(out, j.r.info())
+			if j.r != nil { // nil: a forget, no request
+				out = append(out, j.r.info())
+			}
 		}
 	}
 	return out
