@@ -225,3 +225,26 @@ func BenchmarkExchange(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPath is one small message's whole path through mp on both
+// sides, in one goroutine: a blocking Send from rank 0 (eager: it returns
+// once the message is in the link), then rank 1's blocking Recv, which
+// takes it. No other core is involved: ns/op is the software's cost of a
+// message, what a ping-pong's one-way time adds to the hardware's.
+func BenchmarkPath(b *testing.B) {
+	for _, be := range benchBackends {
+		b.Run(be, func(b *testing.B) {
+			c0, c1 := pair(b, be)
+			buf0, buf1 := make([]byte, 1), make([]byte, 1)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := mp.Send(c0, buf0, 1, 0); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := mp.Recv(c1, buf1, 0, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
