@@ -83,7 +83,9 @@ func FuzzRecord(f *testing.F) {
 	f.Add(rec(engine.Header{Kind: engine.KindCTS, SID: 5}, nil), int64(0))
 	f.Add([]byte{engine.KindEager}, int64(8))
 	f.Fuzz(func(t *testing.T, data []byte, eager int64) {
-		h, r, err := decode(data, eager)
+		var h engine.Header
+		var r record
+		err := decode(data, eager, &h, &r)
 		if err != nil {
 			if !errors.Is(err, engine.ErrFrame) {
 				t.Fatalf("decode: %v does not match engine.ErrFrame", err)

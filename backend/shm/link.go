@@ -40,7 +40,8 @@ type link struct {
 	dead     atomic.Bool
 
 	rmu sync.Mutex
-	src record // the payload being delivered; under rmu
+	hdr engine.Header // the header of the record being delivered; under rmu
+	src record        // its payload; under rmu
 
 	wmu     sync.Mutex
 	sendSeq uint64   // under wmu
@@ -263,9 +264,8 @@ func (l *link) drain(max int) bool {
 			break
 		}
 		if err == nil {
-			var h engine.Header
-			if h, l.src, err = decode(b, l.p.EagerLimit()); err == nil {
-				err = l.p.Arrive(&h, &l.src)
+			if err = decode(b, l.p.EagerLimit(), &l.hdr, &l.src); err == nil {
+				err = l.p.Arrive(&l.hdr, &l.src)
 			}
 			l.src = record{}
 			l.in.Consume()

@@ -40,24 +40,26 @@ func encode(b []byte, h *engine.Header, payload []byte) {
 	copy(b[off:], payload)
 }
 
-// decode parses a record: its header, and its payload as a Source.
-func decode(b []byte, eager int64) (engine.Header, record, error) {
-	h, err := engine.DecodeHeader(b, eager)
-	if err != nil {
-		return h, record{}, err
+// decode parses a record into h, its header, and src, its payload as a
+// Source.
+func decode(b []byte, eager int64, h *engine.Header, src *record) error {
+	*src = record{}
+	if err := h.Decode(b, eager); err != nil {
+		return err
 	}
 	off := engine.HeaderSize
 	if h.Kind == engine.KindRTS && h.Flags&engine.RTSPull != 0 {
 		if len(b) < off+addrSize {
-			return h, record{}, fmt.Errorf("%w: pulled RTS record of %d bytes", engine.ErrFrame, len(b))
+			return fmt.Errorf("%w: pulled RTS record of %d bytes", engine.ErrFrame, len(b))
 		}
 		h.Addr = binary.LittleEndian.Uint64(b[off:])
 		off += addrSize
 	}
 	if int64(len(b)-off) != h.PayloadLen() {
-		return h, record{}, fmt.Errorf("%w: record of %d bytes for a frame of kind %d with %d payload bytes", engine.ErrFrame, len(b), h.Kind, h.PayloadLen())
+		return fmt.Errorf("%w: record of %d bytes for a frame of kind %d with %d payload bytes", engine.ErrFrame, len(b), h.Kind, h.PayloadLen())
 	}
-	return h, record{b: b[off:], stream: h.Kind == engine.KindData && h.Flags&engine.DataStream != 0}, nil
+	*src = record{b: b[off:], stream: h.Kind == engine.KindData && h.Flags&engine.DataStream != 0}
+	return nil
 }
 
 // record is the payload of the record being delivered, as an
@@ -81,9 +83,15 @@ func (r *record) ReadFull(dst []byte) error {
 	return nil
 }
 
-// InMemory implements engine.MemorySource: a record's payload is in the
-// ring.
-func (r *record) InMemory() bool { return true }
+// Take implements engine.MemorySource: a record's payload is in the ring.
+func (r *record) Take(n int) ([]byte, bool) {
+	if n > len(r.b) {
+		return nil, false
+	}
+	b := r.b[:n]
+	r.b = r.b[n:]
+	return b, true
+}
 
 func (r *record) Discard(n int) error {
 	if n > len(r.b) {

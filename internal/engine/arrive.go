@@ -40,8 +40,10 @@ type Source interface {
 // already (a shared-memory ring's record), so reading it never blocks.
 type MemorySource interface {
 	Source
-	// InMemory reports whether the payload is in memory now.
-	InMemory() bool
+	// Take returns the next n payload bytes where they lie, and skips
+	// past them; false when they are not all in memory now. The bytes
+	// are valid until Arrive returns.
+	Take(n int) ([]byte, bool)
 }
 
 // inlineCopy is the largest payload of a MemorySource that the engine
@@ -122,23 +124,19 @@ func (p *Peer) onEager(h *Header, src Source) error {
 	env := envelope{src: from, tag: int(h.Tag), typ: h.Type, count: h.Count}
 	if r := c.takePosted(&env); r != nil {
 		if n <= inlineCopy {
-			if ms, ok := src.(MemorySource); ok && ms.InMemory() {
-				// A small payload in memory: copied under the lock, so no
-				// sweep can come between, and the link need not mark r
-				// as its own.
-				err := e.verdict(r, &env)
-				var rerr error
-				if err == nil {
-					rerr = src.ReadFull(r.buf.Bytes()[:n])
-				} else {
-					rerr = src.Discard(int(n))
+			if ms, ok := src.(MemorySource); ok {
+				if b, ok := ms.Take(int(n)); ok {
+					// A small payload in memory: copied under the lock, so
+					// no sweep can come between, and the link need not
+					// mark r as its own.
+					err := e.verdict(r, &env)
+					if err == nil {
+						copy(r.buf.Bytes(), b)
+					}
+					e.mu.Unlock()
+					r.complete(env.status(), err)
+					return nil
 				}
-				e.mu.Unlock()
-				if rerr != nil {
-					err = c.peerErr(p, p.lossError(rerr))
-				}
-				r.complete(env.status(), err)
-				return rerr
 			}
 		}
 		p.reading.Store(r)

@@ -134,12 +134,22 @@ func Verify(b []byte) error {
 var ErrFrame = errors.New("malformed frame")
 
 // DecodeHeader parses and validates a frame header; eager bounds an EAGER
-// frame's payload (the link's eager limit).
+// frame's payload.
 func DecodeHeader(b []byte, eager int64) (Header, error) {
+	var h Header
+	err := h.Decode(b, eager)
+	return h, err
+}
+
+// Decode is DecodeHeader into h, which it overwrites (Addr included): a
+// path that keeps its header in place copies none.
+func (h *Header) Decode(b []byte, eager int64) error {
 	if len(b) < HeaderSize {
-		return Header{}, fmt.Errorf("%w: %d bytes, want %d", ErrFrame, len(b), HeaderSize)
+		*h = Header{}
+		return fmt.Errorf("%w: %d bytes, want %d", ErrFrame, len(b), HeaderSize)
 	}
-	h := Header{
+	b = b[:HeaderSize]
+	*h = Header{
 		Kind:  b[0],
 		Type:  backend.DType(b[1]),
 		Flags: binary.LittleEndian.Uint16(b[2:]),
@@ -149,7 +159,7 @@ func DecodeHeader(b []byte, eager int64) (Header, error) {
 		SID:   binary.LittleEndian.Uint64(b[24:]),
 		Comm:  binary.LittleEndian.Uint32(b[32:]),
 	}
-	return h, h.Check(eager)
+	return h.Check(eager)
 }
 
 // Check validates a header's fields for its kind.
