@@ -437,7 +437,8 @@ func TestMemTable(t *testing.T) {
 		t.Error("freed memory still pinned")
 	}
 	m.addDevice(0x7000, 64)
-	if m.takeDevice(0x7000, 32) || !m.takeDevice(0x7000, 64) || m.takeDevice(0x7000, 64) {
+	take := func(n int64) bool { ok, _ := m.takeDevice(0x7000, n); return ok }
+	if take(32) || !take(64) || take(64) {
 		t.Error("device take")
 	}
 	if d, h := m.live(); d != 0 || h != 2 {

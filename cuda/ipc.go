@@ -218,15 +218,6 @@ func (m *memTable) isDevice(p uintptr, bytes int64) bool {
 	return ok && b == bytes
 }
 
-// exportedID returns the number of the live allocation at p and whether
-// ExportIPC has exported it.
-func (m *memTable) exportedID(p uintptr) (uint64, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	_, ok := m.export[p]
-	return m.ids[p], ok
-}
-
 // freeWatchers are the functions WatchFrees registered, by a number of
 // their own.
 var freeWatchers struct {

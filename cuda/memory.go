@@ -91,16 +91,16 @@ func (s Slice[T]) Free() error {
 	if l.mem.isOpened(s.ptr) {
 		return errInvalid(op, "%#x is another process's memory, opened with OpenIPC: close it with CloseIPC", s.ptr)
 	}
-	id, wasExported := l.mem.exportedID(s.ptr)
-	if !l.mem.takeDevice(s.ptr, bytes) {
+	ok, exported := l.mem.takeDevice(s.ptr, bytes)
+	if !ok {
 		return errInvalid(op, "%#x (%d bytes) is not a live allocation: freed twice, or a sub-slice", s.ptr, bytes)
 	}
 	if err := l.drv.memFree(ctx, s.ptr); err != nil {
 		l.mem.addDevice(s.ptr, bytes)
 		return err
 	}
-	if wasExported {
-		freed(id)
+	if exported != 0 {
+		freed(exported)
 	}
 	return nil
 }
@@ -552,17 +552,20 @@ func (m *memTable) addDevice(p uintptr, bytes int64) {
 }
 
 // takeDevice removes the allocation [p, p+bytes) and reports whether it
-// was live.
-func (m *memTable) takeDevice(p uintptr, bytes int64) bool {
+// was live, and its number if ExportIPC had exported it (else 0).
+func (m *memTable) takeDevice(p uintptr, bytes int64) (ok bool, exported uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if b, ok := m.device[p]; !ok || b != bytes {
-		return false
+	if b, live := m.device[p]; !live || b != bytes {
+		return false, 0
+	}
+	if _, ok := m.export[p]; ok {
+		exported = m.ids[p]
 	}
 	delete(m.device, p)
 	delete(m.ids, p)
 	delete(m.export, p)
-	return true
+	return true, exported
 }
 
 func (m *memTable) addHost(p uintptr, bytes int64) {

@@ -18,9 +18,10 @@ import (
 
 // Device returns the GPU this rank uses: on the nccl backend, the one its
 // communicator is on; otherwise the one the nccl backend would choose
-// ($COURIER_DEVICE, else the local rank modulo the GPU count). Allocate device buffers there
-// (cuda.Alloc). The error matches ErrNotSupported when CUDA or a GPU is
-// missing, and ErrInvalid when the choice is not a GPU of this host.
+// ($COURIER_DEVICE, else the local rank modulo the GPU count). Allocate
+// device buffers there (cuda.Alloc). The error matches ErrNotSupported
+// when CUDA or a GPU is missing, and ErrInvalid when the choice is not a
+// GPU of this host.
 func (c *Comm) Device() (cuda.Device, error) {
 	if c == nil {
 		return 0, invalidf("nil *Comm")

@@ -85,7 +85,15 @@ func bytesOf(b *[envSize]byte) backend.Buffer {
 
 // control is the host connection to the other ranks.
 type control struct {
-	tc backend.Conn
+	tc   backend.Conn
+	spin spinner // tc, where it can be polled (spinUntil); else nil
+}
+
+// newControl wraps tc, a tcp communicator.
+func newControl(tc backend.Conn) *control {
+	k := &control{tc: tc}
+	k.spin, _ = tc.(spinner)
+	return k
 }
 
 // openControl opens the host connection: a tcp communicator among the same
@@ -100,7 +108,7 @@ func openControl(ctx context.Context, cfg backend.Config, sameHost bool) (*contr
 	if err != nil {
 		return nil, fmt.Errorf("nccl: opening the host connection to the other ranks: %w", err)
 	}
-	return &control{tc: tc}, nil
+	return newControl(tc), nil
 }
 
 // spinner is what the host connection's engine offers a goroutine that
@@ -112,20 +120,17 @@ type spinner interface {
 // spinUntil polls the host connection from the calling goroutine until
 // done reports true, the engine's spin budget passes with nothing moved,
 // or timeout (if positive) passes, and reports whether done did. Where
-// the connection cannot be polled (no shared memory, no pollable link)
-// it returns done() at once, and so does it when polls reports false.
+// the connection cannot be polled (polls reports false) it returns
+// done() at once.
 func (k *control) spinUntil(done func() bool, timeout time.Duration) bool {
-	if s, ok := k.tc.(spinner); ok {
-		return s.SpinUntil(done, timeout)
+	if k.spin == nil {
+		return done()
 	}
-	return done()
+	return k.spin.SpinUntil(done, timeout)
 }
 
 // polls reports whether the host connection can be polled (spinUntil).
-func (k *control) polls() bool {
-	_, ok := k.tc.(spinner)
-	return ok
-}
+func (k *control) polls() bool { return k.spin != nil }
 
 // sendEnvelope sends e to rank to. The tcp backend sends 32 bytes at once
 // (it never waits for the receiver), so buf may be reused on return.

@@ -264,7 +264,7 @@ func awaitEvent(ev *cuda.Event) error {
 	}
 }
 
-// ipcPollFor is how long awaitStream polls before it blocks.
+// ipcPollFor is how long awaitEvent polls before it blocks.
 const ipcPollFor = 20 * time.Millisecond
 
 // mapping returns the open mapping of r's allocation of peer's, opening
@@ -286,9 +286,7 @@ func (m *cudaIPC) mapping(peer int, r cuda.IPCRegion) (cuda.Slice[byte], error) 
 		if err := m.streams[peer].Synchronize(); err != nil {
 			return s, err
 		}
-		old := c.lru.Remove(c.lru.Back()).(*ipcMapping)
-		delete(c.byID, old.id)
-		old.s.CloseIPC()
+		c.drop(c.lru.Back())
 	}
 	return s, nil
 }
@@ -298,10 +296,16 @@ func (m *cudaIPC) mapping(peer int, r cuda.IPCRegion) (cuda.Slice[byte], error) 
 func (m *cudaIPC) forget(peer int, id uint64) {
 	c := m.maps[peer]
 	if e, ok := c.byID[id]; ok {
-		c.lru.Remove(e)
-		delete(c.byID, id)
-		e.Value.(*ipcMapping).s.CloseIPC()
+		c.drop(e)
 	}
+}
+
+// drop closes the mapping of e and leaves it out of the cache; no copy
+// queued from it may be still to run.
+func (c *ipcCache) drop(e *list.Element) {
+	old := c.lru.Remove(e).(*ipcMapping)
+	delete(c.byID, old.id)
+	old.s.CloseIPC()
 }
 
 // open reports how many mappings of peer's memory are open (tests).

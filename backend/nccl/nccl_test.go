@@ -320,7 +320,7 @@ func fakeJob(t testing.TB, n int, check bool) ([]*conn, *fabric) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctl = &control{tc: tc}
+			ctl = newControl(tc)
 		}
 		cs[r] = newConn(connOptions{rank: r, size: n, check: check, eng: f.engine(r), ctl: ctl, derive: derive})
 		wg.Go(func() {

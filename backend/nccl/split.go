@@ -96,7 +96,7 @@ func (c *conn) Split(id uint32, members []int) (backend.Conn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nccl: the host connection of the derived communicator: %w", err)
 		}
-		spec.ctl = &control{tc: tc}
+		spec.ctl = newControl(tc)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), splitBound)
 	defer cancel()

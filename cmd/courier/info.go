@@ -27,9 +27,9 @@ and GPUs, NCCL's version, and, for the ranks of this host (the launcher's
 local ranks, else one per GPU and at least two), which GPU each takes and
 the path the nccl backend gives each pair: cuda-ipc for two ranks on one
 GPU, nccl for two GPUs, refused where COURIER_CUDA_IPC=0 would leave two
-ranks on one GPU. (Ranks of other hosts always meet through nccl.) Run it under the launcher (mpirun -np 2
-courier info) to see what each rank sees. It changes nothing, and exits 0
-whatever it finds.
+ranks on one GPU (ranks of other hosts always meet through nccl). Run it
+under the launcher (mpirun -np 2 courier info) to see what each rank
+sees. It changes nothing, and exits 0 whatever it finds.
 
 With -peers, under a launcher, it also joins the job (mp.Init, with
 COURIER_BACKEND as set) and prints the transport this rank would use to
