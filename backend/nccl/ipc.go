@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/cuda"
@@ -43,12 +45,16 @@ import (
 // The host connection is shared memory between the ranks of one host
 // (openControl), so DESC and DONE take a microsecond or so each.
 //
-// Each rank of the pair runs, for the other, a sender (describes the
-// sends posted, in order), a DESC reader, a copier (copies each matched
-// message, in the order they matched) and a DONE reader. The two
-// directions of a pair are independent, so a rank's send and receive with
-// the same peer (Sendrecv, a halo exchange) move at once, on the two
-// ranks' copy streams.
+// Each rank of the pair has, for the other, four stages: the sender
+// (describes the sends posted, in order), the DESC reader, the copier
+// (copies each matched message, in the order they matched) and the DONE
+// reader. Each stage has a goroutine, and a goroutine waiting for one of
+// the path's requests runs the stages no one else is running between its
+// polls of the host connection (pumpIPC), so a message between two ranks
+// that wait for it wakes no goroutine on its way. The two directions of a
+// pair are independent, so a rank's send and receive with the same peer
+// (Sendrecv, a halo exchange) move at once, on the two ranks' copy
+// streams.
 //
 // Messages match as in MPI, with or without checks: a receive takes the
 // oldest message from its source with its tag. The envelope comes with
@@ -174,10 +180,28 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// ipcPeer is this rank's side of the IPC path with one other rank. Every
-// field is guarded by the communicator's mutex.
+// ipcPeer is this rank's side of the IPC path with one other rank. The
+// fields are guarded by the communicator's mutex, but for the stages'
+// (see pumpIPC).
 type ipcPeer struct {
 	rank int
+	// The stages: the sending stage's lock and its buffer, the copying
+	// stage's lock and its batch, the reading stages; queued and matched
+	// say, without the mutex, whether the sending and copying stages
+	// have work (set under the mutex with the work, cleared by the stage
+	// under the mutex when it finds none).
+	sendMu  sync.Mutex
+	sendBuf []byte
+	copyMu  sync.Mutex
+	batch   []ipcJob
+	errs    []error
+	doneOut [ipcDoneSize]byte
+	desc    ipcReader
+	done    ipcReader
+	queued  atomic.Bool
+	matched atomic.Bool
+	// descNext is the number of the next DESC due; under desc.mu.
+	descNext uint64
 	// Sending: the sends posted and not yet described (the sender
 	// goroutine takes them in order), the number of the next DESC, and
 	// the sends described that wait for their DONE, by number.
@@ -246,13 +270,19 @@ func newIPCPath(mem ipcMem, on []bool) *ipcPath {
 		if p == nil {
 			p = &ipcPath{mem: mem, peers: make([]*ipcPeer, len(on))}
 		}
-		p.peers[k] = &ipcPeer{
+		ip := &ipcPeer{
 			rank:     k,
+			sendBuf:  make([]byte, ipcDescSize+ipcInline),
+			batch:    make([]ipcJob, 0, ipcBatch),
+			errs:     make([]error, 0, ipcBatch),
 			sends:    make(map[uint64]*request),
 			told:     make(map[uint64]bool),
 			sendWake: make(chan struct{}, 1),
 			copyWake: make(chan struct{}, 1),
 		}
+		ip.desc = ipcReader{tag: ipcDescTag, buf: make([]byte, ipcDescSize+ipcInline)}
+		ip.done = ipcReader{tag: ipcDoneTag, buf: make([]byte, ipcDoneSize)}
+		p.peers[k] = ip
 	}
 	return p
 }
@@ -293,11 +323,13 @@ func (c *conn) startIPC() {
 		if ip == nil {
 			continue
 		}
+		ip.desc.take = func(st backend.Status, err error) bool { return c.ipcTakeDesc(ip, st, err) }
+		ip.done.take = func(st backend.Status, err error) bool { return c.ipcTakeDone(ip, st, err) }
 		c.wg.Add(4)
 		go c.ipcSender(ip)
-		go c.ipcDescReader(ip)
+		go c.ipcRead(&ip.desc, ip.rank)
 		go c.ipcCopier(ip)
-		go c.ipcDoneReader(ip)
+		go c.ipcRead(&ip.done, ip.rank)
 	}
 }
 
@@ -310,6 +342,7 @@ func (c *conn) ipcFreed(id uint64) {
 		if ip != nil && ip.told[id] {
 			delete(ip.told, id)
 			ip.forgets = append(ip.forgets, id)
+			ip.queued.Store(true)
 			wakeUp(ip.sendWake)
 		}
 	}
@@ -333,6 +366,7 @@ func (c *conn) placeIPCLocked(ip *ipcPeer, r *request) error {
 	}
 	if !r.recv {
 		ip.outq = append(ip.outq, r)
+		ip.queued.Store(true)
 		wakeUp(ip.sendWake)
 		return nil
 	}
@@ -387,6 +421,7 @@ func (c *conn) ipcMatchLocked(ip *ipcPeer) {
 		ip.posted = ip.posted[:0]
 	}
 	if matched {
+		ip.matched.Store(true)
 		wakeUp(ip.copyWake)
 	}
 }
@@ -423,20 +458,162 @@ func (c *conn) waitIPC(ch chan struct{}) bool {
 	}
 }
 
-// ipcSender describes the sends to ip's rank, in the order they were
-// posted: inline, or by the region of their memory.
+// The path's four stages for each peer (describing the sends, reading
+// the DESCs, copying, reading the DONEs) are each run by whoever holds
+// the stage's lock: the stage's own goroutine, which sleeps until there
+// is work, or a goroutine waiting for one of the path's requests, which
+// runs every stage no one else is running between its polls of the host
+// connection (pumpIPC). A message whose sender and receiver both wait so
+// moves through the four stages with no goroutine to wake on the way:
+// each hand-off to a goroutine that must be woken costs microseconds, and
+// in a rank that mpirun binds to one core the woken goroutine waits for
+// the waiter's time slice. The stages' goroutines are what moves messages
+// when no one waits (an Isend left to complete while the program
+// computes, a stream that waits on the GPU).
+//
+// Lock order: a stage's lock, then the communicator's mutex; a stage's
+// lock is never taken (but by TryLock) while holding the mutex.
+
+// ipcReader is one stage that reads the host connection (the DESCs or the
+// DONEs of a peer): one receive stays posted for the next message, and
+// whoever holds mu takes what it received and posts the next.
+type ipcReader struct {
+	mu  sync.Mutex
+	tag int
+	buf []byte
+	// r is the receive posted for the next message (nil before the first
+	// step, and once the stream ended).
+	r backend.Request
+	// parked is the receive the stage's goroutine sleeps on, which only
+	// it may release: a waiter that takes it first sets parkedDone
+	// instead.
+	parked     backend.Request
+	parkedDone bool
+	ended      bool
+	// take handles one message (or the error that ends the stream) and
+	// reports whether the stream ended; under mu.
+	take func(st backend.Status, err error) bool
+}
+
+// completed is what a host connection's request offers to look at its
+// state without polling (engine's Completed).
+type completed interface{ Completed() bool }
+
+// isComplete reports whether r has completed, polling the host
+// connection only where r cannot say otherwise.
+func isComplete(r backend.Request) bool {
+	if q, ok := r.(completed); ok {
+		return q.Completed()
+	}
+	done, _, _ := r.Test()
+	return done
+}
+
+// step takes the messages that have arrived, posting a receive for the
+// next each time, and reports whether it took any; under rd.mu.
+func (c *conn) readStep(rd *ipcReader, peer int) bool {
+	did := false
+	for !rd.ended {
+		if rd.r == nil {
+			r, err := c.ctl.tc.Irecv(hostBytes(rd.buf), peer, rd.tag, 0)
+			if err != nil {
+				rd.ended = rd.take(backend.Status{}, err)
+				return true
+			}
+			rd.r = r
+		}
+		if !isComplete(rd.r) {
+			return did
+		}
+		st, err := rd.r.Wait(0)
+		if rd.r == rd.parked {
+			rd.parkedDone = true
+		} else {
+			rd.r.Release()
+		}
+		rd.r = nil
+		did = true
+		rd.ended = rd.take(st, err)
+	}
+	return did
+}
+
+// ipcRead is the goroutine of a reading stage: it runs the stage, then
+// sleeps on the receive posted, until the stream ends.
+func (c *conn) ipcRead(rd *ipcReader, peer int) {
+	defer c.wg.Done()
+	for {
+		rd.mu.Lock()
+		c.readStep(rd, peer)
+		if rd.ended {
+			rd.mu.Unlock()
+			return
+		}
+		r := rd.r
+		rd.parked, rd.parkedDone = r, false
+		rd.mu.Unlock()
+		if p, ok := r.(parker); ok {
+			p.WaitParked(0)
+		} else {
+			r.Wait(0)
+		}
+		rd.mu.Lock()
+		if rd.parkedDone {
+			r.Release() // a waiter took it (readStep)
+		}
+		rd.parked, rd.parkedDone = nil, false
+		rd.mu.Unlock()
+	}
+}
+
+// pumpIPC runs, for every peer of the IPC path, each stage that no one
+// else is running, once: the waits for the path's requests call it
+// between their polls of the host connection.
+func (c *conn) pumpIPC() {
+	if c.ipc == nil || c.ctl == nil {
+		return
+	}
+	for _, ip := range c.ipc.peers {
+		if ip == nil {
+			continue
+		}
+		if ip.queued.Load() && ip.sendMu.TryLock() {
+			c.ipcSendStep(ip)
+			ip.sendMu.Unlock()
+		}
+		if ip.desc.mu.TryLock() {
+			c.readStep(&ip.desc, ip.rank)
+			ip.desc.mu.Unlock()
+		}
+		if ip.matched.Load() && ip.copyMu.TryLock() {
+			c.ipcCopyStep(ip)
+			ip.copyMu.Unlock()
+		}
+		if ip.done.mu.TryLock() {
+			c.readStep(&ip.done, ip.rank)
+			ip.done.mu.Unlock()
+		}
+	}
+}
+
+// ipcSender is the goroutine of the sending stage: woken for each send
+// posted (and each forget), it describes what waits.
 func (c *conn) ipcSender(ip *ipcPeer) {
 	defer c.wg.Done()
-	buf := make([]byte, ipcDescSize+ipcInline)
+	for c.waitIPC(ip.sendWake) {
+		ip.sendMu.Lock()
+		c.ipcSendStep(ip)
+		ip.sendMu.Unlock()
+	}
+}
+
+// ipcSendStep describes the sends to ip's rank, in the order they were
+// posted (inline, or by the region of their memory), and the forgets,
+// until none waits; under ip.sendMu.
+func (c *conn) ipcSendStep(ip *ipcPeer) {
+	buf := ip.sendBuf
 	for {
 		c.mu.Lock()
-		for len(ip.outq) == 0 && len(ip.forgets) == 0 {
-			c.mu.Unlock()
-			if !c.waitIPC(ip.sendWake) {
-				return
-			}
-			c.mu.Lock()
-		}
 		if len(ip.forgets) > 0 {
 			id := ip.forgets[0]
 			ip.forgets = ip.forgets[1:]
@@ -447,6 +624,11 @@ func (c *conn) ipcSender(ip *ipcPeer) {
 			c.ctl.send(hostBytes(buf[:m]), ip.rank, ipcDescTag, 0) // a peer that is gone has no mapping to close
 			continue
 		}
+		if len(ip.outq) == 0 {
+			ip.queued.Store(false)
+			c.mu.Unlock()
+			return
+		}
 		r := ip.outq[0]
 		ip.outq[0] = nil
 		ip.outq = ip.outq[1:]
@@ -454,16 +636,192 @@ func (c *conn) ipcSender(ip *ipcPeer) {
 			c.mu.Unlock()
 			continue
 		}
-		lost := c.peers[ip.rank].lost
-		c.mu.Unlock()
-		if lost != nil {
-			c.mu.Lock()
+		if lost := c.peers[ip.rank].lost; lost != nil {
 			c.ipcCompleteLocked(r, backend.Status{}, lost)
 			c.mu.Unlock()
 			continue
 		}
+		c.mu.Unlock()
 		c.ipcDescribe(ip, r, buf)
 	}
+}
+
+// ipcTakeDesc is the DESC stage's take: it matches the message described
+// (or queues the forget behind the copies matched before it), and, when
+// the host connection ends, fails the receives that matched nothing: no
+// more messages will come. Under ip.desc.mu.
+func (c *conn) ipcTakeDesc(ip *ipcPeer, st backend.Status, err error) bool {
+	var d ipcDesc
+	if err == nil {
+		d, err = decodeIPCDesc(ip.desc.buf[:st.Count])
+		if err == nil && d.seq != ip.descNext {
+			err = fmt.Errorf("nccl: %w: descriptor %d came where %d was due", backend.ErrCorrupt, d.seq, ip.descNext)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, backend.ErrCorrupt) {
+			err = fmt.Errorf("nccl: the IPC descriptors from rank %d: %w", ip.rank, err)
+		} else {
+			err = c.ipcLinkErr(ip.rank, err)
+		}
+		ip.descEnd = err
+		c.ipcMatchLocked(ip)
+		return true
+	}
+	ip.descNext++
+	if d.forget {
+		// In order behind the copies matched before it: the copier
+		// closes the mapping once they have run.
+		ip.work = append(ip.work, ipcJob{m: &ipcMsg{d: d}})
+		ip.matched.Store(true)
+		wakeUp(ip.copyWake)
+		return false
+	}
+	m := &ipcMsg{d: d}
+	if d.inline {
+		m.data = append([]byte(nil), d.data...)
+		m.d.data = nil
+	}
+	ip.msgs = append(ip.msgs, m)
+	c.ipcMatchLocked(ip)
+	return false
+}
+
+// ipcCopier is the goroutine of the copying stage: woken when receives
+// match their messages, it copies what waits.
+func (c *conn) ipcCopier(ip *ipcPeer) {
+	defer c.wg.Done()
+	for c.waitIPC(ip.copyWake) {
+		ip.copyMu.Lock()
+		c.ipcCopyStep(ip)
+		ip.copyMu.Unlock()
+	}
+}
+
+// ipcCopyStep copies the matched messages into their receives, in the
+// order they matched, until none waits: it takes every pair waiting (up
+// to ipcBatch), queues their copies on the peer's copy stream, waits once
+// for them all, tells the sender (DONE) for each message of its memory,
+// and completes the receives. Copies of back-to-back messages so follow
+// one another on the GPU without a wait between them. Under ip.copyMu.
+func (c *conn) ipcCopyStep(ip *ipcPeer) {
+	for {
+		c.mu.Lock()
+		if len(ip.work) == 0 {
+			ip.matched.Store(false)
+			c.mu.Unlock()
+			return
+		}
+		k := min(len(ip.work), ipcBatch)
+		batch := append(ip.batch[:0], ip.work[:k]...)
+		clear(ip.work[:k])
+		ip.work = ip.work[k:]
+		c.mu.Unlock()
+		c.ipcCopyBatch(ip, batch)
+		clear(batch)
+		ip.batch = batch[:0]
+	}
+}
+
+// ipcCopyBatch copies one batch of matched messages (ipcCopyStep).
+func (c *conn) ipcCopyBatch(ip *ipcPeer, batch []ipcJob) {
+	errs := ip.errs[:0]
+	queued, forgets := false, false
+	for _, j := range batch {
+		d := &j.m.d
+		if d.forget {
+			errs = append(errs, nil)
+			forgets = true
+			continue
+		}
+		err := j.verdict
+		if err == nil && d.bytes() > 0 && !j.r.done.Load() {
+			if ev := c.takeAfter(j.r); ev != nil {
+				err = c.ipc.mem.follow(ip.rank, ev)
+				ev.Destroy()
+			}
+			if err == nil && d.inline {
+				err = c.ipc.mem.writeIn(ip.rank, j.r.buf, j.m.data)
+			} else if err == nil {
+				err = c.ipc.mem.copyIn(ip.rank, j.r.buf, d.region, d.bytes())
+				queued = true
+			}
+			if err != nil {
+				err = fmt.Errorf("nccl: copying a message of %d bytes from rank %d: %w", d.bytes(), ip.rank, err)
+			}
+		}
+		errs = append(errs, err)
+	}
+	if queued {
+		if err := c.ipc.mem.settle(ip.rank); err != nil {
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = fmt.Errorf("nccl: copying messages from rank %d: %w", ip.rank, err)
+				}
+			}
+		}
+	}
+	if forgets {
+		// After the copies queued before: none reads a mapping closed.
+		for _, j := range batch {
+			if j.m.d.forget {
+				c.ipc.mem.forget(ip.rank, j.m.d.region.ID)
+			}
+		}
+	}
+	done := &ip.doneOut
+	for _, j := range batch {
+		if d := &j.m.d; !d.inline && !d.forget {
+			binary.LittleEndian.PutUint64(done[:], d.seq)
+			c.ctl.send(hostBytes(done[:]), ip.rank, ipcDoneTag, 0) // a sender that is gone needs no DONE
+		}
+	}
+	c.mu.Lock()
+	for i, j := range batch {
+		if d := &j.m.d; !d.forget {
+			c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, errs[i])
+		}
+	}
+	c.mu.Unlock()
+	clear(errs)
+	ip.errs = errs[:0]
+}
+
+// ipcBatch bounds the copies the copier queues before it waits for them.
+const ipcBatch = 64
+
+// ipcTakeDone is the DONE stage's take: it completes the send the DONE
+// names, and, when the host connection ends, fails the sends still
+// waiting. Under ip.done.mu.
+func (c *conn) ipcTakeDone(ip *ipcPeer, st backend.Status, err error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil && st.Count != ipcDoneSize {
+		err = fmt.Errorf("nccl: %w: a DONE of %d bytes from rank %d", backend.ErrCorrupt, st.Count, ip.rank)
+	}
+	var r *request
+	if err == nil {
+		seq := binary.LittleEndian.Uint64(ip.done.buf)
+		if r = ip.sends[seq]; r == nil {
+			err = fmt.Errorf("nccl: %w: rank %d reported message %d copied, which is not one of this rank's sends in flight", backend.ErrCorrupt, ip.rank, seq)
+		}
+		delete(ip.sends, seq)
+	}
+	if err != nil {
+		if !errors.Is(err, backend.ErrCorrupt) {
+			err = c.ipcLinkErr(ip.rank, err)
+		}
+		ip.doneEnd = err
+		for seq, r := range ip.sends {
+			c.ipcCompleteLocked(r, backend.Status{}, err)
+			delete(ip.sends, seq)
+		}
+		return true
+	}
+	c.ipcCompleteLocked(r, backend.Status{Source: c.rank, Tag: r.tag, Count: r.buf.Count}, nil)
+	return false
 }
 
 // ipcDescribe sends r's DESC (with its payload, or its region) and, for
@@ -533,179 +891,6 @@ func (c *conn) ipcLinkErr(p int, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: rank %d: %w", backend.ErrPeerLost, p, err)
-}
-
-// ipcDescReader takes the DESCs of ip's rank, in order, and matches them.
-// When the host connection ends, the receives that matched nothing fail:
-// no more messages will come.
-func (c *conn) ipcDescReader(ip *ipcPeer) {
-	defer c.wg.Done()
-	buf := make([]byte, ipcDescSize+ipcInline)
-	var next uint64
-	for {
-		st, err := c.ctl.recvParked(hostBytes(buf), ip.rank, ipcDescTag)
-		var d ipcDesc
-		if err == nil {
-			d, err = decodeIPCDesc(buf[:st.Count])
-			if err == nil && d.seq != next {
-				err = fmt.Errorf("nccl: %w: descriptor %d came where %d was due", backend.ErrCorrupt, d.seq, next)
-			}
-		}
-		c.mu.Lock()
-		if err != nil {
-			if errors.Is(err, backend.ErrCorrupt) {
-				err = fmt.Errorf("nccl: the IPC descriptors from rank %d: %w", ip.rank, err)
-			} else {
-				err = c.ipcLinkErr(ip.rank, err)
-			}
-			ip.descEnd = err
-			c.ipcMatchLocked(ip)
-			c.mu.Unlock()
-			return
-		}
-		next++
-		if d.forget {
-			// In order behind the copies matched before it: the copier
-			// closes the mapping once they have run.
-			ip.work = append(ip.work, ipcJob{m: &ipcMsg{d: d}})
-			wakeUp(ip.copyWake)
-			c.mu.Unlock()
-			continue
-		}
-		m := &ipcMsg{d: d}
-		if d.inline {
-			m.data = append([]byte(nil), d.data...)
-			m.d.data = nil
-		}
-		ip.msgs = append(ip.msgs, m)
-		c.ipcMatchLocked(ip)
-		c.mu.Unlock()
-	}
-}
-
-// ipcCopier copies the matched messages into their receives, in the
-// order they matched: it takes every pair waiting (up to ipcBatch),
-// queues their copies on the peer's copy stream, waits once for them all,
-// tells the sender (DONE) for each message of its memory, and completes
-// the receives. Copies of back-to-back messages so follow one another on
-// the GPU without a wait between them.
-func (c *conn) ipcCopier(ip *ipcPeer) {
-	defer c.wg.Done()
-	var done [ipcDoneSize]byte
-	batch := make([]ipcJob, 0, ipcBatch)
-	errs := make([]error, 0, ipcBatch)
-	for {
-		c.mu.Lock()
-		for len(ip.work) == 0 {
-			c.mu.Unlock()
-			if !c.waitIPC(ip.copyWake) {
-				return
-			}
-			c.mu.Lock()
-		}
-		k := min(len(ip.work), ipcBatch)
-		batch = append(batch[:0], ip.work[:k]...)
-		clear(ip.work[:k])
-		ip.work = ip.work[k:]
-		c.mu.Unlock()
-		errs = errs[:0]
-		queued, forgets := false, false
-		for _, j := range batch {
-			d := &j.m.d
-			if d.forget {
-				errs = append(errs, nil)
-				forgets = true
-				continue
-			}
-			err := j.verdict
-			if err == nil && d.bytes() > 0 && !j.r.done.Load() {
-				if ev := c.takeAfter(j.r); ev != nil {
-					err = c.ipc.mem.follow(ip.rank, ev)
-					ev.Destroy()
-				}
-				if err == nil && d.inline {
-					err = c.ipc.mem.writeIn(ip.rank, j.r.buf, j.m.data)
-				} else if err == nil {
-					err = c.ipc.mem.copyIn(ip.rank, j.r.buf, d.region, d.bytes())
-					queued = true
-				}
-				if err != nil {
-					err = fmt.Errorf("nccl: copying a message of %d bytes from rank %d: %w", d.bytes(), ip.rank, err)
-				}
-			}
-			errs = append(errs, err)
-		}
-		if queued {
-			if err := c.ipc.mem.settle(ip.rank); err != nil {
-				for i := range errs {
-					if errs[i] == nil {
-						errs[i] = fmt.Errorf("nccl: copying messages from rank %d: %w", ip.rank, err)
-					}
-				}
-			}
-		}
-		if forgets {
-			// After the copies queued before: none reads a mapping closed.
-			for _, j := range batch {
-				if j.m.d.forget {
-					c.ipc.mem.forget(ip.rank, j.m.d.region.ID)
-				}
-			}
-		}
-		for _, j := range batch {
-			if d := &j.m.d; !d.inline && !d.forget {
-				binary.LittleEndian.PutUint64(done[:], d.seq)
-				c.ctl.send(hostBytes(done[:]), ip.rank, ipcDoneTag, 0) // a sender that is gone needs no DONE
-			}
-		}
-		c.mu.Lock()
-		for i, j := range batch {
-			if d := &j.m.d; !d.forget {
-				c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, errs[i])
-			}
-		}
-		c.mu.Unlock()
-		clear(batch)
-	}
-}
-
-// ipcBatch bounds the copies the copier queues before it waits for them.
-const ipcBatch = 64
-
-// ipcDoneReader completes the sends to ip's rank as their DONEs come.
-// When the host connection ends, the sends still waiting fail.
-func (c *conn) ipcDoneReader(ip *ipcPeer) {
-	defer c.wg.Done()
-	var buf [ipcDoneSize]byte
-	for {
-		st, err := c.ctl.recvParked(hostBytes(buf[:]), ip.rank, ipcDoneTag)
-		c.mu.Lock()
-		if err == nil && st.Count != ipcDoneSize {
-			err = fmt.Errorf("nccl: %w: a DONE of %d bytes from rank %d", backend.ErrCorrupt, st.Count, ip.rank)
-		}
-		var r *request
-		if err == nil {
-			seq := binary.LittleEndian.Uint64(buf[:])
-			if r = ip.sends[seq]; r == nil {
-				err = fmt.Errorf("nccl: %w: rank %d reported message %d copied, which is not one of this rank's sends in flight", backend.ErrCorrupt, ip.rank, seq)
-			}
-			delete(ip.sends, seq)
-		}
-		if err != nil {
-			if !errors.Is(err, backend.ErrCorrupt) {
-				err = c.ipcLinkErr(ip.rank, err)
-			}
-			ip.doneEnd = err
-			for seq, r := range ip.sends {
-				c.ipcCompleteLocked(r, backend.Status{}, err)
-				delete(ip.sends, seq)
-			}
-			c.mu.Unlock()
-			return
-		}
-		c.ipcCompleteLocked(r, backend.Status{Source: c.rank, Tag: r.tag, Count: r.buf.Count}, nil)
-		c.mu.Unlock()
-	}
 }
 
 // ipcLostLocked ends what waits on rank p of the IPC path when p is lost:

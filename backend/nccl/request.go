@@ -60,6 +60,11 @@ type request struct {
 	// (recycling keeps it: it is bound to the object) for the waits that
 	// poll the host connection until it reports true.
 	isDone func() bool
+	// pumped is isDone for a request of the IPC path: it first runs the
+	// path's stages that no one else is running (conn.pumpIPC), so the
+	// goroutine that waits moves its messages itself. Made once per
+	// object, like isDone.
+	pumped func() bool
 	mu     sync.Mutex // guards doneCh and closed
 	doneCh chan struct{}
 	closed bool
@@ -74,6 +79,12 @@ func newRequest(c *conn, recv bool, buf backend.Buffer, peer, tag int, caller ui
 	r.c, r.recv, r.buf, r.peer, r.tag, r.caller = c, recv, buf, peer, tag, caller
 	if r.isDone == nil {
 		r.isDone = r.done.Load // once per object, before any waiter sees it
+		r.pumped = func() bool {
+			if !r.done.Load() {
+				r.c.pumpIPC()
+			}
+			return r.done.Load()
+		}
 	}
 	return r
 }

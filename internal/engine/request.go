@@ -84,6 +84,11 @@ func (r *request) Test() (bool, backend.Status, error) {
 	return r.completion.Test()
 }
 
+// Completed reports whether the request has completed, without polling
+// the transports as Test does: for a goroutine that polls them itself, or
+// that only looks.
+func (r *request) Completed() bool { return r.isDone() }
+
 // WaitParked is Wait without the spin: the calling goroutine sleeps until
 // the request completes, at most timeout (if positive). It is for a
 // goroutine whose arrivals others take: the transport's own goroutine, or
