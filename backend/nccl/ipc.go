@@ -257,6 +257,45 @@ type ipcPath struct {
 	peers []*ipcPeer
 	// stopWatch ends the watch of frees (cuda.WatchFrees; nil: none).
 	stopWatch func()
+	// pumpers counts the goroutines waiting for the path's requests,
+	// which run its stages (pumpIPC): while there are any, work for the
+	// sending and copying stages wakes no goroutine (wake), and the last
+	// to stop wakes those whose stage has work left (unpump).
+	pumpers atomic.Int32
+}
+
+// wake wakes the goroutine of a stage that has work (its flag, queued or
+// matched, set before), unless goroutines waiting for the path's
+// requests run the stages: then one of them does the work, or the last
+// of them to stop sees the flag and wakes the goroutine (unpump). The
+// flag's store comes before the count's load here, and the count's
+// store before the flag's load there, so one of the two sees the other.
+func (p *ipcPath) wake(ch chan struct{}) {
+	if p.pumpers.Load() == 0 {
+		wakeUp(ch)
+	}
+}
+
+// pump counts a goroutine in that runs the path's stages while it waits.
+func (p *ipcPath) pump() { p.pumpers.Add(1) }
+
+// unpump counts it out; the last one out wakes the goroutines of the
+// stages that have work left.
+func (p *ipcPath) unpump() {
+	if p.pumpers.Add(-1) != 0 {
+		return
+	}
+	for _, ip := range p.peers {
+		if ip == nil {
+			continue
+		}
+		if ip.queued.Load() {
+			wakeUp(ip.sendWake)
+		}
+		if ip.matched.Load() {
+			wakeUp(ip.copyWake)
+		}
+	}
 }
 
 // newIPCPath makes the path to the ranks of on (true for those that
@@ -343,7 +382,7 @@ func (c *conn) ipcFreed(id uint64) {
 			delete(ip.told, id)
 			ip.forgets = append(ip.forgets, id)
 			ip.queued.Store(true)
-			wakeUp(ip.sendWake)
+			c.ipc.wake(ip.sendWake)
 		}
 	}
 }
@@ -367,7 +406,11 @@ func (c *conn) placeIPCLocked(ip *ipcPeer, r *request) error {
 	if !r.recv {
 		ip.outq = append(ip.outq, r)
 		ip.queued.Store(true)
-		wakeUp(ip.sendWake)
+		if !describedByPoster(r) {
+			c.ipc.wake(ip.sendWake)
+		}
+		// Else the poster describes it itself once it lets the mutex go
+		// (describeOwn).
 		return nil
 	}
 	if ip.descEnd != nil && !c.ipcHasTagLocked(ip, r.tag) {
@@ -376,6 +419,30 @@ func (c *conn) placeIPCLocked(ip *ipcPeer, r *request) error {
 	ip.posted = append(ip.posted, r)
 	c.ipcMatchLocked(ip)
 	return nil
+}
+
+// describedByPoster reports whether send r's poster describes it
+// (describeOwn): unless the send must wait for its caller's stream
+// (IsendOnStream) or its buffer is host memory too large to go inline
+// (describing it is a copy to the GPU, which Isend leaves to the stage's
+// goroutine).
+func describedByPoster(r *request) bool {
+	return r.ipc.after == nil && (r.buf.Mem == backend.Device || r.buf.Len() <= ipcInline)
+}
+
+// describeOwn is what the poster of send r does once placeIPCLocked has
+// queued it (and the mutex is let go): it describes what waits to be
+// sent to r's rank, r included, itself, as a small message on tcp goes out
+// in its Isend; if another goroutine is describing, that one takes r, or
+// the stage's goroutine is woken. A send that must wait for its caller's
+// stream was woken for already (placeIPCLocked), and is not given here.
+func (c *conn) describeOwn(ip *ipcPeer) {
+	if ip.sendMu.TryLock() {
+		c.ipcSendStep(ip, true)
+		ip.sendMu.Unlock()
+		return
+	}
+	c.ipc.wake(ip.sendWake)
 }
 
 // ipcHasTagLocked reports whether a message with tag waits.
@@ -422,7 +489,7 @@ func (c *conn) ipcMatchLocked(ip *ipcPeer) {
 	}
 	if matched {
 		ip.matched.Store(true)
-		wakeUp(ip.copyWake)
+		c.ipc.wake(ip.copyWake)
 	}
 }
 
@@ -578,7 +645,7 @@ func (c *conn) pumpIPC() {
 			continue
 		}
 		if ip.queued.Load() && ip.sendMu.TryLock() {
-			c.ipcSendStep(ip)
+			c.ipcSendStep(ip, true)
 			ip.sendMu.Unlock()
 		}
 		if ip.desc.mu.TryLock() {
@@ -586,7 +653,7 @@ func (c *conn) pumpIPC() {
 			ip.desc.mu.Unlock()
 		}
 		if ip.matched.Load() && ip.copyMu.TryLock() {
-			c.ipcCopyStep(ip)
+			c.ipcCopyStep(ip, true)
 			ip.copyMu.Unlock()
 		}
 		if ip.done.mu.TryLock() {
@@ -602,15 +669,20 @@ func (c *conn) ipcSender(ip *ipcPeer) {
 	defer c.wg.Done()
 	for c.waitIPC(ip.sendWake) {
 		ip.sendMu.Lock()
-		c.ipcSendStep(ip)
+		c.ipcSendStep(ip, false)
 		ip.sendMu.Unlock()
 	}
 }
 
 // ipcSendStep describes the sends to ip's rank, in the order they were
 // posted (inline, or by the region of their memory), and the forgets,
-// until none waits; under ip.sendMu.
-func (c *conn) ipcSendStep(ip *ipcPeer) {
+// until none waits; under ip.sendMu. A pumper (a goroutine that waits for
+// a request of the path, not the stage's own) leaves a send that must
+// first wait for its caller's stream (IsendOnStream) to the stage's
+// goroutine, and wakes it: a pumper that blocked for the program's GPU
+// work would hold up every stage (pumpers leave the others' goroutines
+// asleep), and that work may itself wait for one of them.
+func (c *conn) ipcSendStep(ip *ipcPeer, pumper bool) {
 	buf := ip.sendBuf
 	for {
 		c.mu.Lock()
@@ -630,6 +702,11 @@ func (c *conn) ipcSendStep(ip *ipcPeer) {
 			return
 		}
 		r := ip.outq[0]
+		if pumper && r.stage != stageDone && r.ipc.after != nil {
+			c.mu.Unlock()
+			wakeUp(ip.sendWake)
+			return
+		}
 		ip.outq[0] = nil
 		ip.outq = ip.outq[1:]
 		if r.stage == stageDone { // failed meanwhile (a lost peer, Abort)
@@ -676,7 +753,7 @@ func (c *conn) ipcTakeDesc(ip *ipcPeer, st backend.Status, err error) bool {
 		// closes the mapping once they have run.
 		ip.work = append(ip.work, ipcJob{m: &ipcMsg{d: d}})
 		ip.matched.Store(true)
-		wakeUp(ip.copyWake)
+		c.ipc.wake(ip.copyWake)
 		return false
 	}
 	m := &ipcMsg{d: d}
@@ -695,7 +772,7 @@ func (c *conn) ipcCopier(ip *ipcPeer) {
 	defer c.wg.Done()
 	for c.waitIPC(ip.copyWake) {
 		ip.copyMu.Lock()
-		c.ipcCopyStep(ip)
+		c.ipcCopyStep(ip, false)
 		ip.copyMu.Unlock()
 	}
 }
@@ -705,8 +782,11 @@ func (c *conn) ipcCopier(ip *ipcPeer) {
 // to ipcBatch), queues their copies on the peer's copy stream, waits once
 // for them all, tells the sender (DONE) for each message of its memory,
 // and completes the receives. Copies of back-to-back messages so follow
-// one another on the GPU without a wait between them. Under ip.copyMu.
-func (c *conn) ipcCopyStep(ip *ipcPeer) {
+// one another on the GPU without a wait between them. Under ip.copyMu. A
+// pumper leaves a batch with a receive whose copy must wait for its
+// caller's stream (IrecvOnStream) to the stage's goroutine, and wakes it,
+// as ipcSendStep does.
+func (c *conn) ipcCopyStep(ip *ipcPeer, pumper bool) {
 	for {
 		c.mu.Lock()
 		if len(ip.work) == 0 {
@@ -715,6 +795,11 @@ func (c *conn) ipcCopyStep(ip *ipcPeer) {
 			return
 		}
 		k := min(len(ip.work), ipcBatch)
+		if pumper && followsStream(ip.work[:k]) {
+			c.mu.Unlock()
+			wakeUp(ip.copyWake)
+			return
+		}
 		batch := append(ip.batch[:0], ip.work[:k]...)
 		clear(ip.work[:k])
 		ip.work = ip.work[k:]
@@ -723,6 +808,17 @@ func (c *conn) ipcCopyStep(ip *ipcPeer) {
 		clear(batch)
 		ip.batch = batch[:0]
 	}
+}
+
+// followsStream reports whether a job of jobs has a receive whose copy
+// waits for its caller's stream; under the mutex.
+func followsStream(jobs []ipcJob) bool {
+	for _, j := range jobs {
+		if j.r != nil && j.r.ipc.after != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // ipcCopyBatch copies one batch of matched messages (ipcCopyStep).

@@ -99,7 +99,6 @@ func (c *conn) post(recv bool, buf backend.Buffer, peer, tag int, caller uintptr
 	}
 	r := newRequest(c, recv, buf, peer, tag, caller)
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.trace != nil {
 		c.trace.posted(time.Now())
 	}
@@ -116,7 +115,16 @@ func (c *conn) post(recv bool, buf backend.Buffer, peer, tag int, caller uintptr
 	}
 	if err != nil {
 		r.recycle()
+		c.mu.Unlock()
 		return nil, err
+	}
+	var own *ipcPeer // a send of the IPC path, for its poster to describe
+	if !recv && r.stage == stageIPC && describedByPoster(r) {
+		own = c.ipcPeerOf(peer)
+	}
+	c.mu.Unlock()
+	if own != nil {
+		c.describeOwn(own)
 	}
 	return r, nil
 }

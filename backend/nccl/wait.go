@@ -109,8 +109,18 @@ func (c *conn) waitIPCRequest(r *request, timeout time.Duration) error {
 	c.poke() // what is queued on the channels goes to NCCL, as any wait does
 	start := time.Now()
 	polls := c.ctl != nil && c.ctl.polls()
+	pumping := false // counted among the path's pumpers (ipcPath.pump)
+	defer func() {
+		if pumping {
+			c.ipc.unpump()
+		}
+	}()
 	for i := 1; !r.done.Load(); i++ {
 		if polls {
+			if !pumping {
+				c.ipc.pump()
+				pumping = true
+			}
 			left := time.Duration(0)
 			if timeout > 0 {
 				left = max(timeout-time.Since(start), time.Nanosecond)
@@ -129,6 +139,11 @@ func (c *conn) waitIPCRequest(r *request, timeout time.Duration) error {
 		}
 		if now.Sub(start) < spinFor {
 			continue
+		}
+		if pumping {
+			// A sleeper runs no stage: their goroutines must.
+			c.ipc.unpump()
+			pumping = false
 		}
 		var t <-chan time.Time
 		if timeout > 0 {
