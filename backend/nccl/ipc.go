@@ -220,6 +220,7 @@ type ipcPeer struct {
 	// messages will come (the DESC reader ended), doneEnd why no more
 	// DONEs will (the sends still waiting fail with it).
 	msgs    []*ipcMsg
+	spare   []*ipcMsg // messages done with, for reuse (newMsgLocked)
 	posted  []*request
 	work    []ipcJob
 	descEnd error
@@ -232,6 +233,30 @@ type ipcPeer struct {
 type ipcMsg struct {
 	d    ipcDesc
 	data []byte // the inline payload, copied out of the reader's buffer
+}
+
+// ipcSpareMsgs bounds the messages a peer keeps for reuse.
+const ipcSpareMsgs = 64
+
+// newMsgLocked returns a message to fill: one the copier has finished
+// with, or a new one; under the mutex.
+func (ip *ipcPeer) newMsgLocked() *ipcMsg {
+	if n := len(ip.spare); n > 0 {
+		m := ip.spare[n-1]
+		ip.spare[n-1] = nil
+		ip.spare = ip.spare[:n-1]
+		return m
+	}
+	return new(ipcMsg)
+}
+
+// freeMsgLocked keeps m, which no one refers to any more, for reuse
+// (its inline payload's memory too); under the mutex.
+func (ip *ipcPeer) freeMsgLocked(m *ipcMsg) {
+	if len(ip.spare) < ipcSpareMsgs {
+		*m = ipcMsg{data: m.data[:0]}
+		ip.spare = append(ip.spare, m)
+	}
 }
 
 // ipcJob is a receive matched to its message, for the copier.
@@ -401,7 +426,8 @@ func wakeUp(ch chan struct{}) {
 func (c *conn) placeIPCLocked(ip *ipcPeer, r *request) error {
 	r.stage = stageIPC
 	if r.ipc == nil {
-		r.ipc = &ipcReq{slot: -1}
+		r.ipcHeld = ipcReq{slot: -1}
+		r.ipc = &r.ipcHeld
 	}
 	if !r.recv {
 		ip.outq = append(ip.outq, r)
@@ -751,14 +777,17 @@ func (c *conn) ipcTakeDesc(ip *ipcPeer, st backend.Status, err error) bool {
 	if d.forget {
 		// In order behind the copies matched before it: the copier
 		// closes the mapping once they have run.
-		ip.work = append(ip.work, ipcJob{m: &ipcMsg{d: d}})
+		m := ip.newMsgLocked()
+		m.d = d
+		ip.work = append(ip.work, ipcJob{m: m})
 		ip.matched.Store(true)
 		c.ipc.wake(ip.copyWake)
 		return false
 	}
-	m := &ipcMsg{d: d}
+	m := ip.newMsgLocked()
+	m.d = d
 	if d.inline {
-		m.data = append([]byte(nil), d.data...)
+		m.data = append(m.data[:0], d.data...)
 		m.d.data = nil
 	}
 	ip.msgs = append(ip.msgs, m)
@@ -879,6 +908,7 @@ func (c *conn) ipcCopyBatch(ip *ipcPeer, batch []ipcJob) {
 		if d := &j.m.d; !d.forget {
 			c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, errs[i])
 		}
+		ip.freeMsgLocked(j.m)
 	}
 	c.mu.Unlock()
 	clear(errs)
@@ -1124,7 +1154,8 @@ func (c *conn) ipcPostOn(recv bool, buf backend.Buffer, peer, tag int, caller ui
 		return nil, err
 	}
 	r := newRequest(c, recv, buf, peer, tag, caller)
-	r.ipc = &ipcReq{slot: -1, after: ev}
+	r.ipcHeld = ipcReq{slot: -1, after: ev}
+	r.ipc = &r.ipcHeld
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err = c.usableLocked(peer, recv)

@@ -54,6 +54,9 @@ type request struct {
 	root    int
 	// ipc is what the IPC path keeps of the request (nil elsewhere).
 	ipc *ipcReq
+	// ipcHeld is what ipc points to on the IPC path: the object's own,
+	// so that a message allocates none.
+	ipcHeld ipcReq
 
 	done atomic.Bool
 	// isDone is done.Load as a func value, made once per request object
@@ -106,7 +109,7 @@ func (r *request) recycle() {
 	r.c, r.buf, r.caller, r.stage, r.seq = nil, backend.Buffer{}, 0, stageQueued, 0
 	r.st, r.verdict, r.err, r.early = backend.Status{}, nil, nil, nil
 	r.coll, r.recvBuf, r.op, r.root = 0, backend.Buffer{}, 0, 0
-	r.doneCh, r.closed, r.ipc = nil, false, nil
+	r.doneCh, r.closed, r.ipc, r.ipcHeld = nil, false, nil, ipcReq{}
 	r.done.Store(false)
 	reqPool.Put(r)
 }
