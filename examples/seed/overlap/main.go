@@ -264,8 +264,12 @@ func cpuPart(c *mp.Comm, cfg config, w io.Writer) error {
 		}
 		return mp.Irecv(c, msg, 0, tagCPU)
 	}
-	fmt.Fprintf(w, "cpu: matmul %d×%d ×%d a phase on %d goroutines a rank, beside a %v message of host memory (rank 0 → rank 1, Isend/Irecv), best of %d\n",
-		n, n, cfg.iters, workers, cfg.size, cfg.reps)
+	goroutines := fmt.Sprintf("%d goroutines", workers)
+	if workers == 1 {
+		goroutines = "one goroutine"
+	}
+	fmt.Fprintf(w, "cpu: matmul %d×%d ×%d a phase on %s a rank, beside a %v message of host memory (rank 0 → rank 1, Isend/Irecv), best of %d\n",
+		n, n, cfg.iters, goroutines, cfg.size, cfg.reps)
 	t, err := measure(c, cfg.reps, phases{
 		prepare: func() error {
 			if me == 1 {
