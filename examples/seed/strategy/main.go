@@ -44,6 +44,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/courier-mp/courier/cuda"
@@ -257,7 +258,17 @@ func crossover(rows []row, margin float64) string {
 	last := work.Bytes(rows[len(rows)-1].bytes)
 	switch first {
 	case len(rows):
-		return fmt.Sprintf("overlap pays at no size here: blocking/overlapped is under %.2f at the largest, %v", 1+margin, last)
+		var won []string
+		for _, r := range rows {
+			if r.verdict(margin) == "overlap" {
+				won = append(won, work.Bytes(r.bytes).String())
+			}
+		}
+		line := fmt.Sprintf("overlap pays at no size here: blocking/overlapped is under %.2f at the largest, %v", 1+margin, last)
+		if len(won) > 0 {
+			line += fmt.Sprintf(" (overlap won at %s, but not at every size above)", strings.Join(won, ", "))
+		}
+		return line
 	case 0:
 		return fmt.Sprintf("overlap pays from %v up (the smallest size measured): blocking/overlapped at least %.2f at every size to %v", work.Bytes(rows[0].bytes), 1+margin, last)
 	case len(rows) - 1:

@@ -194,7 +194,8 @@ func TestCrossover(t *testing.T) {
 		{mk(0.9, 1.0, 1.2, 1.3), "overlap pays from 64 KiB up: blocking/overlapped at least 1.05 at every size from there to 256 KiB"},
 		{mk(1.2, 1.3), "overlap pays from 4 KiB up (the smallest size measured): blocking/overlapped at least 1.05 at every size to 16 KiB"},
 		{mk(1.2, 0.9, 1.1), "overlap pays from 64 KiB up (only the largest size measured): blocking/overlapped at least 1.05 there"},
-		{mk(1.2, 1.3, 1.02), "overlap pays at no size here: blocking/overlapped is under 1.05 at the largest, 64 KiB"},
+		{mk(1.2, 1.3, 1.02), "overlap pays at no size here: blocking/overlapped is under 1.05 at the largest, 64 KiB (overlap won at 4 KiB, 16 KiB, but not at every size above)"},
+		{mk(1.0, 0.5), "overlap pays at no size here: blocking/overlapped is under 1.05 at the largest, 16 KiB"},
 		{nil, "no size measured"},
 	} {
 		assert.Equal(t, c.want, crossover(c.rows, 0.05))
