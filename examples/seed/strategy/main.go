@@ -23,8 +23,9 @@
 //	go run ./cmd/courier run -np 2 ./examples/seed/strategy -device
 //
 // Host memory by default, with the compute in Go on GOMAXPROCS
-// goroutines, from 4 KiB to 256 MiB (not 1 GiB: the compute of the
-// largest sizes would take minutes on a CPU; -max 1GiB goes on). With
+// goroutines, from 4 KiB to 256 MiB (not 1 GiB: that row alone takes
+// some 20 s on two cores, and a 1 GiB buffer in each rank; -max 1GiB
+// goes on). With
 // -device the message is GPU memory and the compute a PTX kernel on a
 // CUDA stream (examples/seed/internal/work), from 4 KiB to 1 GiB; without
 // a GPU, -device says so and exits 0.
