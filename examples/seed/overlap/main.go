@@ -82,7 +82,7 @@ type config struct {
 // parse reads the command line and checks it; the flag package's
 // messages and -h's usage go to out.
 func parse(args []string, out io.Writer) (config, error) {
-	c := config{size: 32 << 20, gpuSize: 256 << 20}
+	c := config{size: 32 << 20, gpuSize: 1 << 30}
 	fs := flag.NewFlagSet("overlap", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.IntVar(&c.n, "n", 256, "CPU part: the order of the matrices (n×n float32)")
