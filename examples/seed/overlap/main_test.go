@@ -76,6 +76,51 @@ func TestOverlapUnderCourierRun(t *testing.T) {
 	}
 }
 
+// The GPU part on the fake GPU of backend/nccl's tests, so that its code
+// runs where there is no GPU: device memory staged through the host (host,
+// tcp), and on nccl two ranks on the fake's GPU 0 meeting through the
+// CUDA IPC path, where WaitOn makes the compute stream wait on the (fake)
+// GPU; the message posted with Isend/Irecv and, with -on-stream, with
+// IsendOnStream/IrecvOnStream. The fake runs sgemm in C (only over the
+// elements the grid covers), so this checks the program around the PTX,
+// its launches and its ordering; the PTX itself runs on a GPU only
+// (examples/seed/internal/work's TestKernelGPU).
+func TestOverlapOnFakeGPU(t *testing.T) {
+	t.Parallel()
+	courier := exampletest.Courier(t)
+	fake := exampletest.FakeGPU(t)
+	for _, c := range []struct {
+		backend  string
+		onStream bool
+	}{{"host", false}, {"tcp", false}, {"nccl", false}, {"nccl", true}, {"tcp", true}} {
+		name := c.backend
+		if c.onStream {
+			name += "-on-stream"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"run", "-np", "2", "--", os.Args[0], "-device"}, testFlags...)
+			if c.onStream {
+				args = append(args, "-on-stream")
+			}
+			cmd := exec.Command(courier, args...)
+			cmd.Env = append(append(os.Environ(), fake...), asRank+"=1", "COURIER_BACKEND="+c.backend, "COURIER_DEVICE=0", "COURIER_TIMEOUT=60s")
+			stdout, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", stdout)
+			out := string(stdout)
+			checkPart(t, out, "cpu", testN, testSize)
+			how := "(Isend/Irecv)"
+			if c.onStream {
+				how = "(IsendOnStream/IrecvOnStream on a communication stream)"
+			}
+			assert.Contains(t, out, "[1] gpu: cuda:0 (Fake GPU 0) a rank, sgemm 64×64 ×2 a phase and one behind WaitOn")
+			assert.Contains(t, out, "message of device memory "+how)
+			checkPart(t, out, "gpu", testGPUN, testGPUSize)
+			assert.Contains(t, out, "[1] gpu WaitOn: rank 1's kernel behind req.WaitOn(compute stream) multiplied by the whole message (8 rows checked: exact)")
+		})
+	}
+}
+
 // checkPart checks what the program printed of one part, whose matrices
 // have order n and whose message has size bytes.
 func checkPart(t *testing.T, out, part string, n, size int) {

@@ -79,6 +79,30 @@ func TestStrategyUnderCourierRun(t *testing.T) {
 	}
 }
 
+// With -device on the fake GPU of backend/nccl's tests, so that the GPU
+// code runs where there is no GPU: on tcp (device memory staged through
+// the host) and on nccl (two ranks on the fake's GPU 0, through the CUDA
+// IPC path). The fake runs sgemm in C, so this checks the program around
+// the PTX.
+func TestStrategyOnFakeGPU(t *testing.T) {
+	t.Parallel()
+	courier := exampletest.Courier(t)
+	fake := exampletest.FakeGPU(t)
+	for _, backend := range []string{"tcp", "nccl"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"run", "-np", "2", "--", os.Args[0], "-device"}, testFlags...)
+			cmd := exec.Command(courier, args...)
+			cmd.Env = append(append(os.Environ(), fake...), asRank+"=1", "COURIER_BACKEND="+backend, "COURIER_DEVICE=0", "COURIER_TIMEOUT=60s")
+			stdout, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", stdout)
+			out := string(stdout)
+			assert.Contains(t, out, "[1] strategy: rank 0 sends to rank 1, device memory (cuda:0, Fake GPU 0); the compute: 2 FLOP per byte sent, a PTX sgemm kernel on a compute stream")
+			checkTable(t, out)
+		})
+	}
+}
+
 // checkTable checks the table's rows and the crossover line.
 func checkTable(t *testing.T, out string) {
 	t.Helper()

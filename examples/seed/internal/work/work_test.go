@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-mp/courier/cuda"
+	"github.com/courier-mp/courier/internal/exampletest"
 )
 
 // naive is c = a×b by the textbook triple loop, in float64.
@@ -167,9 +169,28 @@ func requireGPU(t *testing.T) cuda.Device {
 	return 0
 }
 
-// The kernel on a real GPU: the product, exact, for orders that are and
-// are not multiples of the block's side, and n = 1; a slice too short is
-// refused before launch.
+// TestKernelGPU in a process of its own whose GPU is the fake one of
+// backend/nccl's tests, which runs sgemm in C over the elements the grid
+// covers and takes its parameters in the PTX's order: the launch, its
+// grid and its arguments, checked where there is no GPU.
+func TestKernelFakeGPU(t *testing.T) {
+	if os.Getenv(fakeChild) == "1" {
+		t.Skip("this process is the child")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestKernelGPU$", "-test.v", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), exampletest.FakeGPU(t)...), fakeChild+"=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "--- PASS: TestKernelGPU", "%s", out)
+}
+
+// fakeChild marks the process TestKernelFakeGPU starts.
+const fakeChild = "WORK_TEST_FAKE_GPU"
+
+// The kernel on a GPU (a real one, or the fake in TestKernelFakeGPU's
+// child): the product, exact, for orders that are and are not multiples
+// of the block's side, and n = 1; a slice too short is refused before
+// launch.
 func TestKernelGPU(t *testing.T) {
 	d := requireGPU(t)
 	k, err := LoadKernel(d)
