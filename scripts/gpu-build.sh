@@ -44,6 +44,9 @@ binaries=(
 	"courier ./cmd/courier/"
 	"mp ./mp/"
 	"jacobi ./examples/jacobi/"
+	"overlap ./examples/seed/overlap/"
+	"strategy ./examples/seed/strategy/"
+	"work ./examples/seed/internal/work/"
 )
 
 for arg in "$@"; do

@@ -80,6 +80,10 @@ var allowed = map[string][]string{
 	"internal/exampletest":          {"internal/leakcheck"},                  // the examples' tests: the binary as a rank, courier run built once
 	"internal/testscope":            nil,
 	"internal/layering":             nil,
+
+	// The seed's examples (overlap, strategy) share their compute: a CPU
+	// and a GPU matrix multiply.
+	"examples/seed/...": {"cuda", "examples/seed/internal/work", "mp"},
 }
 
 // testOnly is what a package's tests (its _test.go files, in the package
@@ -103,6 +107,7 @@ var testOnly = map[string][]string{
 	"internal/conformance/proctest": {"internal/testscope"},
 	"internal/conformance/inproc":   {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp"},
 	"examples/...":                  {"internal/exampletest"},
+	"examples/seed/...":             {"internal/exampletest"},
 	"internal/faultproxy":           {"internal/leakcheck"},
 	"internal/campaign":             {"internal/leakcheck", "mp/mptest"},
 	"cmd/courier":                   {"internal/leakcheck"}, // what a killed job leaves (LeftByJob)

@@ -74,6 +74,13 @@
 //     an address of its own (through /proc/PID/fd from another process; a
 //     handle of freed memory is refused; a mapping open when its memory is
 //     freed stays valid until cuIpcCloseMemHandle);
+//   - modules: any PTX text with a .version loads, and the one kernel
+//     the fake runs is the seed examples' sgemm(u64 c, u64 a, u64 b, u32
+//     n) (examples/seed/internal/work): c = a×b for n×n row-major float32
+//     matrices in device memory of the module's device, queued on its
+//     stream as work like a copy, one element of c per thread of column x
+//     < grid.x·block.x and row y < grid.y·block.y (the others are left
+//     alone, so a grid too small shows);
 //   - ncclCommFinalize completes only once every rank of the communicator
 //     has called it (NCCL's finalize ends with a barrier of the ranks on
 //     a host), and ncclCommDestroy of a communicator not finalized, which
@@ -201,7 +208,7 @@ static int inside(const void *p, size_t n, int dev) {
 struct comm;
 struct event;
 
-enum { W_COPY, W_RECORD, W_WAIT, W_NCCL, W_WRITE64, W_WAIT64, W_COLL };
+enum { W_COPY, W_RECORD, W_WAIT, W_NCCL, W_WRITE64, W_WAIT64, W_COLL, W_SGEMM };
 
 // The collectives (struct work's and struct op's coll; 0: a send or a
 // receive).
@@ -231,6 +238,9 @@ struct work {
 	// ncclAllGather, recvcount for ncclReduceScatter
 	int coll, type, redop, root;
 	size_t count;
+	// W_SGEMM: dst = src × src2, n×n; the columns and rows its grid covers
+	const void *src2;
+	size_t cols, rows;
 	struct work *next;
 };
 
@@ -664,6 +674,20 @@ static int run_p2p(struct stream *s, struct work *w) {
 }
 
 // advance runs every stream as far as it can go.
+// run_sgemm runs the kernel of a W_SGEMM work.
+static void run_sgemm(const struct work *w) {
+	float *c = w->dst;
+	const float *a = w->src, *b = w->src2;
+	size_t n = w->n, rows = w->rows < n ? w->rows : n, cols = w->cols < n ? w->cols : n;
+	for (size_t i = 0; i < rows; i++) {
+		for (size_t j = 0; j < cols; j++) {
+			float sum = 0;
+			for (size_t k = 0; k < n; k++) sum += a[i * n + k] * b[k * n + j];
+			c[i * n + j] = sum;
+		}
+	}
+}
+
 static void advance(void) {
 	for (int progress = 1; progress;) {
 		progress = 0;
@@ -680,6 +704,8 @@ static void advance(void) {
 					__atomic_store_n((uint64_t *)w->dst, (uint64_t)w->seq, __ATOMIC_RELEASE);
 				} else if (w->kind == W_WAIT64) {
 					if (__atomic_load_n((uint64_t *)w->dst, __ATOMIC_ACQUIRE) < (uint64_t)w->seq) break;
+				} else if (w->kind == W_SGEMM) {
+					run_sgemm(w);
 				} else if (w->kind == W_COLL) {
 					if (!run_coll(w)) break;
 					progress = 1;
@@ -1354,19 +1380,113 @@ CUresult cuEventElapsedTime(float *ms, struct event *a, struct event *b) {
 	return CU_OK;
 }
 
-CUresult cuModuleLoadDataEx(void **m, const void *image, unsigned int n, int *opts, void **vals) {
-	(void)m, (void)image, (void)n, (void)opts, (void)vals;
-	return CU_INVALID_PTX;
+// --- modules: sgemm, the one kernel the fake runs ---
+
+#define MODULE_MAGIC 0x6d6f646c
+#define FUNCTION_MAGIC 0x66756e63
+
+struct module;
+
+struct function {
+	int magic;
+	struct module *mod;
+};
+
+struct module {
+	int magic;
+	int dev;
+	char *image;
+	struct function sgemm; // handed out by cuModuleGetFunction, freed with the module
+};
+
+CUresult cuModuleLoadDataEx(struct module **m, const void *image, unsigned int n, int *opts, void **vals) {
+	(void)n, (void)opts, (void)vals;
+	CUresult r = need_ctx();
+	if (r) return r;
+	if (image == NULL || strstr(image, ".version") == NULL) return CU_INVALID_PTX;
+	struct module *mod = calloc(1, sizeof *mod);
+	if (mod == NULL || (mod->image = strdup(image)) == NULL) {
+		free(mod);
+		return CU_OUT_OF_MEMORY;
+	}
+	mod->magic = MODULE_MAGIC;
+	mod->dev = cur()->dev;
+	mod->sgemm.mod = mod;
+	*m = mod;
+	return CU_OK;
 }
-CUresult cuModuleUnload(void *m) { (void)m; return CU_INVALID_HANDLE; }
-CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
-	(void)f, (void)m, (void)name;
-	return CU_NOT_FOUND;
+
+CUresult cuModuleUnload(struct module *m) {
+	CUresult r = need_ctx();
+	if (r) return r;
+	if (m == NULL || m->magic != MODULE_MAGIC) return CU_INVALID_HANDLE;
+	if (m->dev != cur()->dev) return CU_INVALID_CONTEXT;
+	m->magic = 0;
+	m->sgemm.magic = 0;
+	free(m->image);
+	free(m);
+	return CU_OK;
 }
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-		unsigned shared, void *s, void **params, void **extra) {
-	(void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)s, (void)params, (void)extra;
-	return CU_INVALID_HANDLE;
+
+CUresult cuModuleGetFunction(struct function **f, struct module *m, const char *name) {
+	CUresult r = need_ctx();
+	if (r) return r;
+	if (m == NULL || m->magic != MODULE_MAGIC) return CU_INVALID_HANDLE;
+	if (m->dev != cur()->dev) return CU_INVALID_CONTEXT;
+	if (strcmp(name, "sgemm") != 0 || strstr(m->image, ".entry sgemm(") == NULL) return CU_NOT_FOUND;
+	m->sgemm.magic = FUNCTION_MAGIC;
+	*f = &m->sgemm;
+	return CU_OK;
+}
+
+// cuLaunchKernel queues sgemm(c, a, b, n) on s (runs it at once on the
+// legacy stream): the three matrices must lie in device memory of the
+// current device.
+CUresult cuLaunchKernel(struct function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		unsigned shared, struct stream *s, void **params, void **extra) {
+	(void)shared;
+	CUresult r = need_ctx();
+	if (r) return r;
+	if (f == NULL || f->magic != FUNCTION_MAGIC || f->mod->magic != MODULE_MAGIC) return CU_INVALID_HANDLE;
+	if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || params == NULL || extra != NULL) return CU_INVALID_VALUE;
+	uint64_t c, a, b;
+	uint32_t n;
+	memcpy(&c, params[0], 8);
+	memcpy(&a, params[1], 8);
+	memcpy(&b, params[2], 8);
+	memcpy(&n, params[3], 4);
+	LOCK();
+	if ((r = stream_ok(s)) != CU_OK || (r = f->mod->dev != cur()->dev ? CU_INVALID_CONTEXT : CU_OK) != CU_OK) {
+		UNLOCK();
+		return r;
+	}
+	size_t bytes = (size_t)n * n * 4;
+	int dev = cur()->dev;
+	if (n > 0 && (!inside(DEV(c), bytes, dev) || !inside(DEV(a), bytes, dev) || !inside(DEV(b), bytes, dev))) {
+		UNLOCK();
+		return CU_ILLEGAL_ADDRESS;
+	}
+	struct work *w = calloc(1, sizeof *w);
+	if (w == NULL) {
+		UNLOCK();
+		return CU_OUT_OF_MEMORY;
+	}
+	w->kind = W_SGEMM;
+	w->dst = DEV(c);
+	w->src = DEV(a);
+	w->src2 = DEV(b);
+	w->n = n;
+	w->cols = (size_t)gx * bx;
+	w->rows = (size_t)gy * by;
+	if (s == NULL) {
+		run_sgemm(w);
+		free(w);
+	} else {
+		if (pending_launch_on(s)) fail_usage("a kernel queued on a stream while an NCCL group for it was still in progress");
+		push_work(s, w);
+	}
+	UNLOCK();
+	return CU_OK;
 }
 
 // --- NCCL ---
