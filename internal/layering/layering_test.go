@@ -51,6 +51,10 @@ var allowed = map[string][]string{
 	// operators: mp's collectives and the shared-memory ones combine with
 	// the same code.
 	"internal/reduce": {"backend"},
+	// Their twins for device memory: PTX written here, loaded and
+	// launched through the CUDA loader (mp's collectives of device
+	// buffers on the device).
+	"internal/devreduce": {"backend", "cuda"},
 
 	// The transports: the contract, the CUDA loader and the internal
 	// leaves; the host ones over the matching engine, tcp's Open joining
