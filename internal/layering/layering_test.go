@@ -65,7 +65,7 @@ var allowed = map[string][]string{
 	"backend/nccl": {"backend", "backend/tcp", "cuda", "internal/auth", "internal/errs", "internal/netaddr"},
 
 	// What users import.
-	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/errs", "internal/reduce", "internal/waitgraph"},
+	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/devreduce", "internal/errs", "internal/reduce", "internal/waitgraph"},
 
 	// On top: the test harnesses, the benchmarks, the command, the
 	// examples, and the test helpers.
