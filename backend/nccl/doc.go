@@ -163,4 +163,8 @@ package nccl
 // the communicator's own costs and the shared stream's rule; split_test.go
 // checks derived communicators on the fake engine; collstream_ext_test.go
 // checks the stream-ordered collectives through mp on the fake GPU and on
-// GPUs.
+// GPUs; devreduce_test.go checks internal/devreduce's kernels against the
+// host's on GPUs (and, in devcoll_fakegpu_test.go, the fake's twins of
+// them), and devcoll_ext_test.go mp's collectives of device buffers on
+// ranks that share the fake GPU: on the device, no copy through host
+// memory.

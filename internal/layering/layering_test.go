@@ -100,6 +100,7 @@ var testOnly = map[string][]string{
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",
+		"internal/devreduce", "internal/reduce", // the device kernels against the host's, on the fake GPU and on GPUs
 	},
 	"mp":                            {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp/mptest"},
 	"mp/mptest":                     {"internal/leakcheck"},
