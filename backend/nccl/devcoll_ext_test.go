@@ -3,6 +3,8 @@
 package nccl_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend/nccl"
+	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
@@ -396,6 +399,53 @@ func f32To16(f float32) uint16 {
 	return sign | uint16(h)
 }
 
+// TestGPUIPCCollectives runs the same collectives on GPUs, on ranks that
+// all share one (started as 2 or more ranks with COURIER_DEVICE=0), on
+// the device and staged: every result must be the host buffers' bits. (A
+// GPU counts no copies: that check is the fake's.)
+func TestGPUIPCCollectives(t *testing.T) {
+	if err := (nccl.Driver{}).Available(); err != nil {
+		if os.Getenv("COURIER_REQUIRE_GPU") != "" || !errors.Is(err, mp.ErrNotSupported) {
+			t.Fatalf("COURIER_REQUIRE_GPU=%q: the nccl backend is not available: %v", os.Getenv("COURIER_REQUIRE_GPU"), err)
+		}
+		t.Skipf("the nccl backend is not available here: %v", err)
+	}
+	job, err := bootstrap.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Size < 2 {
+		t.Skipf("needs 2 or more ranks sharing a GPU (mpirun -np 2 -x %s=0), this is a job of %d", nccl.DeviceEnv, job.Size)
+	}
+	job.Generation = 61 // a rendezvous of its own (the other tests' use others)
+	for _, mode := range []string{"", "staged"} {
+		t.Run(fmt.Sprintf("mode=%q", mode), func(t *testing.T) {
+			job.Generation++
+			env := func(k string) string {
+				if k == "COURIER_DEVICE_COLL" {
+					return mode
+				}
+				return os.Getenv(k)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c, err := mp.Init(ctx, mp.WithJob(job), mp.WithBackend("nccl"), mp.WithEnv(env), mp.WithTimeout(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for p := range c.Size() {
+				if p != c.Rank() && c.Transport(p) != "cuda-ipc" {
+					t.Skipf("rank %d is reached over %q: the ranks do not share a GPU (start them with %s=0)", p, c.Transport(p), nccl.DeviceEnv)
+				}
+			}
+			if err := deviceCollectives(c, mode == "staged", false); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 func TestFakeGPUChildIPCCollectives(t *testing.T) {
 	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
 		t.Skip("runs in the child process of TestFakeGPU")
@@ -414,7 +464,7 @@ func TestFakeGPUChildIPCCollectives(t *testing.T) {
 			cfg := ranktest.Config{Backend: "nccl", Options: []mp.Option{mp.WithEnv(env)}, Timeout: 20 * time.Second}
 			t.Run(fmt.Sprintf("%d-ranks/mode=%q", n, mode), func(t *testing.T) {
 				ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) {
-					if err := deviceCollectives(c, mode == "staged"); err != nil {
+					if err := deviceCollectives(c, mode == "staged", true); err != nil {
 						rt.Errorf("%v", err)
 					}
 				})
@@ -424,13 +474,13 @@ func TestFakeGPUChildIPCCollectives(t *testing.T) {
 }
 
 // deviceCollectives runs every case at each of its sizes on host
-// buffers, then on device buffers, and compares the results' bits. Around
-// the device call (between barriers, once every rank has made its
-// buffers and before any copies a result out) it reads the fake's
-// counters: on the device, no copy to or from host memory, and kernels
-// exactly where the collective combines; staged, copies to and from host
-// memory, and no kernel.
-func deviceCollectives(c *mp.Comm, staged bool) error {
+// buffers, then on device buffers, and compares the results' bits. When
+// counted (the fake GPU), around the device call (between barriers, once
+// every rank has made its buffers and before any copies a result out) it
+// reads the fake's counters: on the device, no copy to or from host
+// memory, and kernels exactly where the collective combines; staged,
+// copies to and from host memory, and no kernel.
+func deviceCollectives(c *mp.Comm, staged, counted bool) error {
 	d, err := c.Device()
 	if err != nil {
 		return err
@@ -451,7 +501,7 @@ func deviceCollectives(c *mp.Comm, staged bool) error {
 					return fmt.Errorf("%s: the buffers: %w", what, err)
 				}
 				var before, after [3]uint64
-				if dev {
+				if dev && counted {
 					if err := mp.Barrier(c); err != nil {
 						return err
 					}
@@ -465,7 +515,7 @@ func deviceCollectives(c *mp.Comm, staged bool) error {
 				if err := call(); err != nil {
 					return fmt.Errorf("%s (device %v): %w", what, dev, err)
 				}
-				if dev {
+				if dev && counted {
 					if err := mp.Barrier(c); err != nil {
 						return err
 					}
@@ -492,6 +542,7 @@ func deviceCollectives(c *mp.Comm, staged bool) error {
 				return fmt.Errorf("%s: the result on device buffers differs from the one on host buffers", what)
 			}
 			switch {
+			case !counted:
 			case !staged && delta[0] != 0:
 				return fmt.Errorf("%s on the device: %d copies (%d bytes) to or from host memory", what, delta[0], delta[1])
 			case !staged && combines && delta[2] == 0:
