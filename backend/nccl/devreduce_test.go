@@ -46,7 +46,7 @@ var (
 // products round, after the special pairs. Float16 and BFloat16 are
 // random bits: every kind of value among them.
 func operand(t backend.DType, op backend.ReduceOp, k, n int) []byte {
-	seed := uint64((int(t)*16+int(op))*4 + k)
+	seed := uint64(((int(t)-1)*16+int(op)-1)*4 + k)
 	out := make([]byte, n*t.Size())
 	word := func(j int) uint64 { return splitmix(seed<<32 + uint64(j)) }
 	pick := func(j, s int) int {
