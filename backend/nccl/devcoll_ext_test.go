@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -454,23 +455,61 @@ func TestFakeGPUChildIPCCollectives(t *testing.T) {
 		t.Skipf("runs in the child of TestFakeGPU with %s=0 (every rank on one GPU)", nccl.DeviceEnv)
 	}
 	for _, n := range []int{2, 3} {
-		for _, mode := range []string{"", "staged"} {
+		for _, run := range []struct {
+			mode  string
+			check bool
+		}{{"", false}, {"", true}, {"staged", false}} {
 			env := func(k string) string {
 				if k == "COURIER_DEVICE_COLL" {
-					return mode
+					return run.mode
 				}
 				return os.Getenv(k)
 			}
-			cfg := ranktest.Config{Backend: "nccl", Options: []mp.Option{mp.WithEnv(env)}, Timeout: 20 * time.Second}
-			t.Run(fmt.Sprintf("%d-ranks/mode=%q", n, mode), func(t *testing.T) {
+			cfg := ranktest.Config{Backend: "nccl", Options: []mp.Option{mp.WithEnv(env), mp.WithCheck(run.check)}, Timeout: 20 * time.Second}
+			t.Run(fmt.Sprintf("%d-ranks/mode=%q/check=%v", n, run.mode, run.check), func(t *testing.T) {
 				ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) {
-					if err := deviceCollectives(c, mode == "staged", true); err != nil {
+					if err := deviceCollectives(c, run.mode == "staged", true); err != nil {
 						rt.Errorf("%v", err)
 					}
 				})
 			})
 		}
 	}
+}
+
+// TestFakeGPUChildIPCCollectivesMixed: where a collective runs on the
+// device, a rank that passes host buffers while the others pass device
+// buffers would wait for messages that never come; with checks every
+// rank fails at once with ErrMismatch, naming the difference.
+func TestFakeGPUChildIPCCollectivesMixed(t *testing.T) {
+	if os.Getenv("COURIER_TEST_FAKEGPU_CHILD") == "" {
+		t.Skip("runs in the child process of TestFakeGPU")
+	}
+	if os.Getenv(nccl.DeviceEnv) != "0" {
+		t.Skipf("runs in the child of TestFakeGPU with %s=0 (every rank on one GPU)", nccl.DeviceEnv)
+	}
+	cfg := ranktest.Config{Backend: "nccl", Options: []mp.Option{mp.WithEnv(os.Getenv), mp.WithCheck(true)}, Timeout: 10 * time.Second}
+	ranktest.RunConfig(t, 2, cfg, func(rt *ranktest.T, c *mp.Comm) {
+		d, err := c.Device()
+		if err != nil {
+			rt.Errorf("%v", err)
+			return
+		}
+		b, err := newBufs(d, c.Rank() == 0, []float32{1, 2, 3}, 3, 0)
+		defer b.free()
+		if err != nil {
+			rt.Errorf("%v", err)
+			return
+		}
+		if c.Rank() == 0 {
+			err = mp.Allreduce(c, b.dsend, b.drecv, mp.Sum)
+		} else {
+			err = mp.Allreduce(c, b.send, b.recv, mp.Sum)
+		}
+		if !errors.Is(err, mp.ErrMismatch) || !strings.Contains(err.Error(), "on the device") {
+			rt.Errorf("rank %d: %v, want ErrMismatch naming the device", c.Rank(), err)
+		}
+	})
 }
 
 // deviceCollectives runs every case at each of its sizes on host
