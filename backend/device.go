@@ -115,3 +115,24 @@ type StreamConn interface {
 type StreamCollectives interface {
 	CollectiveOn(c Coll, s Stream) (Request, error)
 }
+
+// DeviceDirect is an optional Conn capability: a transport that moves
+// device buffers between this rank and every other from device memory to
+// device memory, with no copy through host memory on the way, for the
+// library's own messages (negative tags) as for the program's (the nccl
+// backend, when every rank shares this rank's GPU: the CUDA IPC path).
+//
+// Package mp then runs the collectives it runs itself (those a
+// transport's Collectives leaves to it) on device buffers where they lie:
+// its point-to-point algorithms, with their copies and combining on the
+// GPU. Without it, or while DeviceDirect reports false, mp copies device
+// buffers to host memory once, runs the algorithms there and copies the
+// result back: fewer copies than sending device memory message by message
+// through a transport that stages every message through the host.
+type DeviceDirect interface {
+	// DeviceDirect reports whether every message of device memory to or
+	// from any other rank, whatever its tag, moves device to device. It
+	// does not change over the communicator's life, and every rank of
+	// the communicator reports the same.
+	DeviceDirect() bool
+}

@@ -21,8 +21,8 @@ import "github.com/courier-mp/courier/backend"
 // It runs over point-to-point messages on every backend (NCCL has no
 // Allgatherv), with Allgather's algorithms for the total size (recursive
 // doubling or Bruck's for small buffers, a ring for large ones); device
-// buffers are staged through host memory, as the collectives NCCL lacks
-// are.
+// buffers as the collectives NCCL lacks: on the GPU where the transport
+// moves device memory device to device, else staged through host memory.
 //
 //go:noinline
 func Allgatherv[B Buffer](c *Comm, send, recv B, counts []int) error {
@@ -74,21 +74,20 @@ func (c *Comm) runAllgatherv(co backend.Coll, counts []int) error {
 	}
 	s := getScratch(8 * int64(p+1))
 	l := layout(counts, view[int64](s.buf(0, backend.Int64, int64(p+1))))
+	run := func(send, recv backend.Buffer) error {
+		if small(allgatherSmall, p, recv.Len()) {
+			return c.allgatherSmallv(send, recv, l)
+		}
+		if err := c.copyBuf(l.block(recv, r), send); err != nil {
+			return err
+		}
+		return c.ringAllgather(recv, l)
+	}
 	var err error
-	switch {
-	case co.Send.Mem == backend.Device || co.Recv.Mem == backend.Device:
-		err = c.onHost(co.Send, co.Recv, func(send, recv backend.Buffer) error {
-			if small(allgatherSmall, p, recv.Len()) {
-				return c.allgatherSmallv(send, recv, l)
-			}
-			copyHost(l.block(recv, r), send)
-			return c.ringAllgather(recv, l)
-		})
-	case small(allgatherSmall, p, co.Recv.Len()):
-		err = c.allgatherSmallv(co.Send, co.Recv, l)
-	default:
-		copyHost(l.block(co.Recv, r), co.Send)
-		err = c.ringAllgather(co.Recv, l)
+	if isDevice(co.Send, co.Recv) && !c.onDevice() {
+		err = c.onHost(co.Send, co.Recv, run)
+	} else {
+		err = run(co.Send, co.Recv)
 	}
 	s.release(err)
 	return err

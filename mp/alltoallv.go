@@ -24,8 +24,10 @@ import (
 // with a truncated message.
 //
 // The blocks go to every rank at once, over point-to-point messages on
-// every backend (NCCL has no Alltoallv); device buffers are staged
-// through host memory, as the collectives NCCL lacks are.
+// every backend (NCCL has no Alltoallv); device buffers move as the
+// collectives NCCL lacks move them (straight between device buffers where
+// the transport moves device memory device to device, else staged
+// through host memory).
 //
 //go:noinline
 func Alltoallv[B Buffer](c *Comm, send B, sendCounts []int, recv B, recvCounts []int) error {
@@ -91,7 +93,7 @@ func (c *Comm) runAlltoallv(co backend.Coll, sendCounts, recvCounts []int) error
 	sl := layout(sendCounts, view[int64](s.buf(8*int64(4*p), backend.Int64, int64(p+1))))
 	rl := layout(recvCounts, view[int64](s.buf(8*int64(5*p+1), backend.Int64, int64(p+1))))
 	var err error
-	if co.Send.Mem == backend.Device || co.Recv.Mem == backend.Device {
+	if isDevice(co.Send, co.Recv) && !c.onDevice() {
 		err = c.onHost(co.Send, co.Recv, func(send, recv backend.Buffer) error {
 			return c.alltoallvPairs(send, recv, sl, rl, agrees)
 		})
@@ -111,9 +113,9 @@ func (c *Comm) runAlltoallv(co backend.Coll, sendCounts, recvCounts []int) error
 	return err
 }
 
-// alltoallvPairs exchanges the blocks of host buffers send (blocks sl)
-// and recv (blocks rl) with every rank k for which agrees(k), all at
-// once: every receive posted, then every send, then every wait.
+// alltoallvPairs exchanges the blocks of send (blocks sl) and recv
+// (blocks rl) with every rank k for which agrees(k), all at once: every
+// receive posted, then every send, then every wait.
 func (c *Comm) alltoallvPairs(send, recv backend.Buffer, sl, rl blocks, agrees func(int) bool) error {
 	p, r := c.size, c.rank
 	q := getRequests()
@@ -129,7 +131,7 @@ func (c *Comm) alltoallvPairs(send, recv backend.Buffer, sl, rl blocks, agrees f
 		}
 	}
 	if err == nil {
-		copyHost(rl.block(recv, r), sl.block(send, r))
+		err = c.copyBuf(rl.block(recv, r), sl.block(send, r))
 	}
 	return c.waitAll(q, err)
 }

@@ -73,11 +73,23 @@ func (o Op) reduceOp() backend.ReduceOp { return backend.ReduceOp(o) }
 // (Allreduce, Allgather, ReduceScatter), which move each byte the fewest
 // times; binomial trees for Bcast and Reduce, and every pair at once for
 // Alltoall. Allreduce gives every rank the same bits whatever the
-// algorithm. On host buffers courier's part of a collective allocates
-// nothing in steady state (scratch memory is pooled). Messages of
-// collectives never match a user's receive (the library's own tags are
-// negative), and they may interleave with a user's point-to-point
-// messages in any way.
+// algorithm. Device buffers of a collective that courier runs itself take
+// the same algorithms on the GPU where the transport moves device memory
+// device to device (on nccl, ranks that all share one GPU: the copies,
+// the combining kernels and the scratch memory on the GPU, every byte
+// device to device; COURIER_DEVICE_COLL=staged turns it off), and are
+// staged through host memory elsewhere (copied there once, combined
+// there, copied back): the same bits either way, but for the NaN that a
+// Sum or a Prod of floats makes, which a GPU makes its own. Where a
+// collective runs on the GPU every rank must pass device buffers (a rank
+// with host buffers would wait for messages that never come, until the
+// timeout; with COURIER_CHECK=1 every rank fails at once with
+// ErrMismatch). On host buffers courier's part of a collective allocates
+// nothing in steady state (scratch memory is pooled); on the GPU its
+// scratch memory is the communicator's, kept from one collective to the
+// next and freed at Close. Messages of collectives never match a user's
+// receive (the library's own tags are negative), and they may interleave
+// with a user's point-to-point messages in any way.
 
 // Bcast sends root's buf to every other rank's buf. Every rank passes a
 // buffer of the same length.
@@ -282,15 +294,20 @@ func (c *Comm) runAgreed(co backend.Coll) error {
 			return err
 		}
 	}
-	if co.Send.Mem == backend.Device || co.Recv.Mem == backend.Device {
+	if isDevice(co.Send, co.Recv) && !c.onDevice() {
 		return c.stagedColl(co)
 	}
-	return c.p2pColl(co)
+	return c.p2pColl(co) // host memory, or device memory on the device (colldevice.go)
 }
+
+// onDeviceFlag marks, in agree's description of a collective, one whose
+// device buffers it runs on the device (its messages in device memory).
+const onDeviceFlag = 1 << 8
 
 // agree is the collectives' part of the checks (COURIER_CHECK=1): before
 // a collective runs, the ranks gather each one's description of it (which
-// collective, operator, root, element type, send count) over
+// collective, operator, root, element type and whether its device buffers
+// are combined on the device, send count) over
 // point-to-point messages, and if any rank's differs from rank 0's every
 // rank fails with the same ErrMismatch, naming it, and nothing moves. A
 // transport cannot tell otherwise: on NCCL a count that differs hangs or
@@ -303,7 +320,13 @@ func (c *Comm) agree(co backend.Coll) error {
 	s := getScratch(int64(5 * 8 * (c.size + 1)))
 	desc, gathered := s.buf(0, backend.Int64, 5), s.buf(5*8, backend.Int64, int64(5*c.size))
 	mine := view[int64](desc)
-	copy(mine, []int64{int64(co.Kind), 0, -1, int64(co.Send.Type), co.Send.Count})
+	typ := int64(co.Send.Type)
+	if isDevice(co.Send, co.Recv) && c.onDevice() {
+		// Its messages are device memory (colldevice.go): a rank whose
+		// are host memory would never meet them.
+		typ |= onDeviceFlag
+	}
+	copy(mine, []int64{int64(co.Kind), 0, -1, typ, co.Send.Count})
 	if co.Kind == backend.Scatter {
 		mine[4] = co.Recv.Count // the root's send holds every block
 	}
@@ -320,7 +343,10 @@ func (c *Comm) agree(co backend.Coll) error {
 	defer s.release(nil)
 	all := view[int64](gathered)
 	say := func(d []int64) string {
-		s := fmt.Sprintf("%v of %d × %v", backend.CollKind(d[0]), d[4], backend.DType(d[3]))
+		s := fmt.Sprintf("%v of %d × %v", backend.CollKind(d[0]), d[4], backend.DType(d[3]&^onDeviceFlag))
+		if d[3]&onDeviceFlag != 0 {
+			s += " in device memory, on the device"
+		}
 		if d[1] != 0 {
 			s += " with " + backend.ReduceOp(d[1]).String()
 		}
@@ -356,7 +382,9 @@ func copyLocal(dst, src backend.Buffer) error {
 
 // stagedColl runs a collective of device buffers over point-to-point
 // messages through host copies: the send buffer is copied to the host,
-// the collective runs there, and the result is copied back.
+// the collective runs there, and the result is copied back (where the
+// transport does not move device memory device to device, or
+// COURIER_DEVICE_COLL=staged; colldevice.go).
 func (c *Comm) stagedColl(co backend.Coll) error {
 	send, err := toHost(co.Send)
 	if err != nil {
@@ -387,7 +415,7 @@ func (c *Comm) stagedColl(co backend.Coll) error {
 // onHost runs f on send and recv, each staged through new host memory
 // where it is in device memory: send is copied to the host before, recv
 // back to the device after (f writes all of it). For the v-collectives
-// of device buffers.
+// of device buffers, where they are not run on the device.
 func (c *Comm) onHost(send, recv backend.Buffer, f func(send, recv backend.Buffer) error) error {
 	hs, hr := send, recv
 	var err error

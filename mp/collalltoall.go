@@ -10,14 +10,19 @@ func (c *Comm) alltoallPairs(send, recv backend.Buffer) error {
 	l := evenBlocks(send.Count/int64(p), p)
 	var s *scratch
 	if send.Ptr == recv.Ptr && send.Count > 0 {
-		s = getScratch(send.Len())
+		var err error
+		if s, err = c.scratchFor(send, send.Len()); err != nil {
+			return err
+		}
 		tmp := s.buf(0, send.Type, send.Count)
-		copyHost(tmp, send)
+		if err := c.copyBuf(tmp, send); err != nil {
+			s.release(nil) // no transport has it
+			return err
+		}
 		send = tmp
 	}
-	copyHost(l.block(recv, r), l.block(send, r))
+	err := c.copyBuf(l.block(recv, r), l.block(send, r))
 	q := getRequests()
-	var err error
 	for k := 1; k < p && err == nil; k++ {
 		from := mod(r-k, p)
 		var rq backend.Request

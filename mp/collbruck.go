@@ -16,23 +16,25 @@ func (c *Comm) allgatherBruck(send, recv backend.Buffer) error {
 // into place.
 func (c *Comm) allgatherBruckv(send, recv backend.Buffer, l blocks) error {
 	p, r := c.size, c.rank
-	s := getScratch(recv.Len())
+	s, err := c.scratchFor(recv, recv.Len())
+	if err != nil {
+		return err
+	}
 	tmp := s.buf(0, recv.Type, recv.Count)
-	copyHost(sub(tmp, 0, send.Count), send)
-	var err error
-	for d := 1; d < p; d <<= 1 {
+	err = c.copyBuf(sub(tmp, 0, send.Count), send)
+	for d := 1; d < p && err == nil; d <<= 1 {
 		k := min(d, p-d)
 		from := (r + d) % p
-		if _, err = c.exchange(sub(tmp, 0, l.span(r, k)), mod(r-d, p), sub(tmp, l.span(r, d), l.span(from, k)), from); err != nil {
-			break
-		}
+		_, err = c.exchange(sub(tmp, 0, l.span(r, k)), mod(r-d, p), sub(tmp, l.span(r, d), l.span(from, k)), from)
 	}
 	if err == nil {
 		// tmp holds the blocks of ranks r … N−1, then 0 … r−1.
 		at := l.start(r)
 		head := l.count - at
-		copyHost(sub(recv, at, head), sub(tmp, 0, head))
-		copyHost(sub(recv, 0, at), sub(tmp, head, at))
+		err = c.copyBuf(sub(recv, at, head), sub(tmp, 0, head))
+		if err == nil {
+			err = c.copyBuf(sub(recv, 0, at), sub(tmp, head, at))
+		}
 	}
 	s.release(err)
 	return err

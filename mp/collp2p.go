@@ -8,10 +8,12 @@ import (
 	"github.com/courier-mp/courier/backend"
 )
 
-// The collectives over point-to-point messages, on host memory, for the
-// transports that do not run them (backend.Collectives). Every message
-// carries collTag; each rank's messages to one peer are sent, and
-// received, in one order on both sides, so they match in order.
+// The collectives over point-to-point messages, for the transports that
+// do not run them (backend.Collectives): on host memory, and on device
+// memory where the transport moves it device to device (colldevice.go:
+// the copies, the combining and the scratch memory then on the GPU).
+// Every message carries collTag; each rank's messages to one peer are
+// sent, and received, in one order on both sides, so they match in order.
 //
 // The algorithm depends on the size and the rank count (colltune.go):
 //
@@ -27,11 +29,12 @@ import (
 //	Scan, Exscan   recursive doubling or a chain (scan.go)
 //	Barrier        dissemination (barrier.go)
 //
-// Scratch memory comes from pools (collscratch.go): in steady state the
-// collectives allocate nothing of their own (a transport may, for its
-// messages).
+// Scratch memory comes from pools (collscratch.go; on the device,
+// colldevice.go): in steady state the collectives allocate nothing of
+// their own (a transport may, for its messages).
 
-// p2pColl runs a validated collective of host buffers.
+// p2pColl runs a validated collective of host buffers, or of device
+// buffers on the device (colldevice.go).
 func (c *Comm) p2pColl(co backend.Coll) error {
 	p := c.size
 	switch co.Kind {
@@ -158,7 +161,8 @@ func sub(b backend.Buffer, off, n int64) backend.Buffer {
 }
 
 // copyHost copies src into dst (host memory of one shape), unless they
-// are the same memory.
+// are the same memory. The algorithms copy with copyBuf, which takes
+// device memory too.
 func copyHost(dst, src backend.Buffer) {
 	if dst.Ptr != src.Ptr {
 		copy(dst.Bytes(), src.Bytes())

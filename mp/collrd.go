@@ -21,8 +21,11 @@ import (
 // the two ranks of a pair combine the same two values, so every rank ends
 // with the same bits (also for floating point).
 func (c *Comm) allreduceRD(send, recv backend.Buffer, op Op) error {
-	s := getScratch(send.Len())
-	err := c.allreduceRDWith(send, recv, s.buf(0, send.Type, send.Count), op)
+	s, err := c.scratchFor(send, send.Len())
+	if err != nil {
+		return err
+	}
+	err = c.allreduceRDWith(send, recv, s.buf(0, send.Type, send.Count), op)
 	s.release(err)
 	return err
 }
@@ -45,7 +48,9 @@ func (c *Comm) allreduceRDWith(send, recv, tmp backend.Buffer, op Op) error {
 		if err := c.recv(tmp, r-1); err != nil {
 			return err
 		}
-		combine(recv, tmp, send, op)
+		if err := c.combine(recv, tmp, send, op); err != nil {
+			return err
+		}
 		cur, v = recv, r/2
 	}
 	for mask := 1; mask < pof2; mask <<= 1 {
@@ -57,10 +62,12 @@ func (c *Comm) allreduceRDWith(send, recv, tmp backend.Buffer, op Op) error {
 		if _, err := c.exchange(cur, peer, tmp, peer); err != nil {
 			return err
 		}
+		a, b := cur, tmp
 		if pv < v {
-			combine(recv, tmp, cur, op)
-		} else {
-			combine(recv, cur, tmp, op)
+			a, b = tmp, cur
+		}
+		if err := c.combine(recv, a, b, op); err != nil {
+			return err
 		}
 		cur = recv
 	}
@@ -76,11 +83,14 @@ func (c *Comm) allreduceRDWith(send, recv, tmp backend.Buffer, op Op) error {
 // data.
 func (c *Comm) reduceScatterRD(send, recv backend.Buffer, op Op) error {
 	size := roundUp8(send.Len())
-	s := getScratch(2 * size)
+	s, err := c.scratchFor(send, 2*size)
+	if err != nil {
+		return err
+	}
 	all := s.buf(0, send.Type, send.Count)
-	err := c.allreduceRDWith(send, all, s.buf(size, send.Type, send.Count), op)
+	err = c.allreduceRDWith(send, all, s.buf(size, send.Type, send.Count), op)
 	if err == nil {
-		copyHost(recv, evenBlocks(recv.Count, c.size).block(all, c.rank))
+		err = c.copyBuf(recv, evenBlocks(recv.Count, c.size).block(all, c.rank))
 	}
 	s.release(err)
 	return err
@@ -99,7 +109,9 @@ func (c *Comm) allgatherRD(send, recv backend.Buffer) error {
 // so every message is one contiguous part of recv.
 func (c *Comm) allgatherRDv(send, recv backend.Buffer, l blocks) error {
 	p, r := c.size, c.rank
-	copyHost(l.block(recv, r), send)
+	if err := c.copyBuf(l.block(recv, r), send); err != nil {
+		return err
+	}
 	for mask := 1; mask < p; mask <<= 1 {
 		peer := r ^ mask
 		mine, theirs := r&^(mask-1), peer&^(mask-1)

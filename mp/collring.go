@@ -12,8 +12,11 @@ import "github.com/courier-mp/courier/backend"
 // blocks. recv may be send.
 func (c *Comm) allreduceRing(send, recv backend.Buffer, op Op) error {
 	l := splitBlocks(recv.Count, c.size)
-	s := getScratch(l.most() * int64(recv.Type.Size()))
-	err := c.ringReduceScatter(send, recv, s.buf(0, recv.Type, l.most()), op, l)
+	s, err := c.scratchFor(recv, l.most()*int64(recv.Type.Size()))
+	if err != nil {
+		return err
+	}
+	err = c.ringReduceScatter(send, recv, s.buf(0, recv.Type, l.most()), op, l)
 	if err == nil {
 		err = c.ringAllgather(recv, l)
 	}
@@ -43,7 +46,9 @@ func (c *Comm) ringReduceScatter(send, recv, tmp backend.Buffer, op Op, l blocks
 		if _, err := c.exchange(out, next, in, prev); err != nil {
 			return err
 		}
-		combine(l.block(recv, k), in, l.block(send, k), op)
+		if err := c.combine(l.block(recv, k), in, l.block(send, k), op); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -57,10 +62,12 @@ func (c *Comm) reduceScatterRing(send, recv backend.Buffer, op Op) error {
 	l := evenBlocks(n, p)
 	next, prev := (r+1)%p, mod(r-1, p)
 	size := roundUp8(recv.Len())
-	sc := getScratch(2 * size)
+	sc, err := c.scratchFor(recv, 2*size)
+	if err != nil {
+		return err
+	}
 	bufs := [2]backend.Buffer{sc.buf(0, recv.Type, n), sc.buf(size, recv.Type, n)}
 	out := l.block(send, mod(r-1, p))
-	var err error
 	for s := range p - 1 {
 		in := bufs[s%2]
 		if _, err = c.exchange(out, next, in, prev); err != nil {
@@ -70,7 +77,9 @@ func (c *Comm) reduceScatterRing(send, recv backend.Buffer, op Op) error {
 		if s == p-2 {
 			dst = recv
 		}
-		combine(dst, in, l.block(send, mod(r-s-2, p)), op)
+		if err = c.combine(dst, in, l.block(send, mod(r-s-2, p)), op); err != nil {
+			break
+		}
 		out = dst
 	}
 	sc.release(err)
@@ -80,7 +89,9 @@ func (c *Comm) reduceScatterRing(send, recv backend.Buffer, op Op) error {
 // allgatherRing is Allgather around a ring, in recv.
 func (c *Comm) allgatherRing(send, recv backend.Buffer) error {
 	n := send.Count
-	copyHost(sub(recv, int64(c.rank)*n, n), send)
+	if err := c.copyBuf(sub(recv, int64(c.rank)*n, n), send); err != nil {
+		return err
+	}
 	return c.ringAllgather(recv, evenBlocks(n, c.size))
 }
 

@@ -6,12 +6,15 @@ import (
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
 )
 
 // Scratch memory of the collectives over point-to-point messages: host
 // memory a call borrows and gives back, from pools of power-of-two sizes
 // shared by every communicator of the process, so that a steady stream of
-// collectives allocates nothing.
+// collectives allocates nothing. (Device memory, for the collectives of
+// device buffers on the device, is each communicator's own:
+// colldevice.go.)
 
 const (
 	minScratchLog = 6  // 64 bytes
@@ -82,11 +85,14 @@ func keep(s *scratch) bool {
 	return true
 }
 
-// scratch is one borrowed piece of host memory, 8-byte aligned (for every
-// element type).
+// scratch is one borrowed piece of memory, 8-byte aligned (for every
+// element type): host memory from the pools, or device memory of a
+// communicator's (dev set; colldevice.go).
 type scratch struct {
 	mem   []uint64
-	class int // its pool, or -1 when it is not pooled
+	class int // its pool (or device size class), or -1 when it is not pooled
+	dev   *devColl
+	dmem  cuda.Slice[byte]
 }
 
 // getScratch borrows at least n bytes.
@@ -108,16 +114,24 @@ func getScratch(n int64) *scratch {
 }
 
 // release gives s back when err is nil. After a failure a transport may
-// still hold a receive into it, so it is left to the garbage collector.
+// still hold a receive into it, so host memory is left to the garbage
+// collector, and device memory to the communicator's Close.
 func (s *scratch) release(err error) {
+	if s.dev != nil {
+		s.dev.put(s, err)
+		return
+	}
 	if err == nil && s.class >= 0 && !keep(s) {
 		scratchPools[s.class].Put(s)
 	}
 }
 
 // buf is count elements of type t of s, from byte offset off (a multiple
-// of 8).
+// of 8), in s's memory.
 func (s *scratch) buf(off int64, t backend.DType, count int64) backend.Buffer {
+	if s.dev != nil {
+		return devBuf(s.dmem, off, t, count)
+	}
 	b := backend.Buffer{Count: count, Type: t, Mem: backend.Host}
 	if count > 0 {
 		b.Ptr = unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.mem)), off)

@@ -50,7 +50,9 @@ func (c *Comm) reduceTree(send, recv backend.Buffer, op Op, root int) error {
 		}
 		if s == nil {
 			size := roundUp8(send.Len())
-			s = getScratch(2 * size)
+			if s, err = c.scratchFor(send, 2*size); err != nil {
+				return err
+			}
 			tmp, acc = s.buf(0, send.Type, send.Count), recv
 			if v != 0 {
 				acc = s.buf(size, send.Type, send.Count)
@@ -59,7 +61,9 @@ func (c *Comm) reduceTree(send, recv backend.Buffer, op Op, root int) error {
 		if err = c.recv(tmp, (v+mask+root)%p); err != nil {
 			break
 		}
-		combine(acc, cur, tmp, op)
+		if err = c.combine(acc, cur, tmp, op); err != nil {
+			break
+		}
 		cur = acc
 	}
 	if s != nil {

@@ -70,6 +70,12 @@ type Comm struct {
 	env         func(string) string
 	cores       bool // Init lowered GOMAXPROCS for it (cores.go)
 
+	// The collectives of device buffers that courier runs itself: on the
+	// device or staged (COURIER_DEVICE_COLL), and the device side's
+	// streams and scratch memory (colldevice.go).
+	devMode devCollMode
+	dev     devColl
+
 	// order lets one collective (or Barrier) of this rank run at a
 	// time, in their start order, blocking and non-blocking (icoll.go):
 	// their messages share one tag. collPC, written in a collective's
@@ -121,6 +127,7 @@ type config struct {
 	job        *bootstrap.Job
 	env        func(string) string
 	envSet     bool // WithEnv: the process environment is not read
+	devMode    devCollMode
 }
 
 // WithBackend selects the backend by name ("host", "tcp", "nccl", "auto"),
@@ -277,6 +284,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		name:        "world",
 		fam:         newFamily(),
 		cores:       lowered,
+		devMode:     cfg.devMode,
 	}
 	c.track()
 	c.setPeerAnswer()
@@ -336,6 +344,11 @@ func (c *config) fromEnv() error {
 	if c.check == nil {
 		c.check = &on
 	}
+	mode, err := parseDeviceColl(c.env(deviceCollEnv))
+	if err != nil {
+		return err
+	}
+	c.devMode = mode
 	if c.guardOpt != nil {
 		c.guard = *c.guardOpt
 	}
@@ -476,6 +489,7 @@ func (c *Comm) Close() error {
 		unreceived := c.unreceived()
 		err := errors.Join(unreceived, c.conn.Close())
 		c.waitColl()
+		err = errors.Join(err, c.dev.close()) // after the transport: it writes into no scratch memory now
 		if c.parent != nil {
 			c.fam.closed(c)
 		} else {

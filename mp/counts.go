@@ -201,10 +201,13 @@ func (c *Comm) runRootedV(co backend.Coll, counts []int) error {
 	if mismatch != nil && !gather {
 		// Take this rank's part into scratch memory, so that the ranks
 		// below it in the tree get theirs.
-		tmp = getScratch(want * int64(recv.Type.Size()))
+		if tmp, err = c.scratchFor(recv, want*int64(recv.Type.Size())); err != nil {
+			s.release(nil)
+			return err
+		}
 		recv = tmp.buf(0, recv.Type, want)
 	}
-	if co.Send.Mem == backend.Device || recv.Mem == backend.Device {
+	if isDevice(co.Send, recv) && !c.onDevice() {
 		err = c.onHost(co.Send, recv, func(send, recv backend.Buffer) error { return tree(send, recv, l, root) })
 	} else {
 		err = tree(co.Send, recv, l, root)

@@ -126,9 +126,9 @@
 // Gather, Scatter, Scan and Exscan, and the v-forms Gatherv, Scatterv,
 // Allgatherv and Alltoallv (blocks of a length per rank, in rank order,
 // counts in elements), complete MPI's set; they run over point-to-point
-// messages on every backend (NCCL has none of them), device buffers
-// staged through host memory. Bad counts fail with ErrInvalid on every
-// rank before any block moves: in Gatherv and Scatterv the root sends its
+// messages on every backend (NCCL has none of them; device buffers as
+// under GPUs below). Bad counts fail with ErrInvalid on every rank before
+// any block moves: in Gatherv and Scatterv the root sends its
 // counts (and whether they are valid) to the others first, Allgatherv's
 // counts are the same on every rank, and Alltoallv's ranks exchange each
 // pair's counts first.
@@ -202,4 +202,14 @@
 // step queues its backward kernels, the gradients' all-reduce and the
 // optimizer's kernels on one stream, and the CPU waits for none of them
 // (see IallreduceOnStream).
+//
+// The collectives courier runs over point-to-point messages (all of them
+// where NCCL makes no communicator of every rank, as for ranks that share
+// a GPU; Gather, Scatter, Scan, Exscan and the v-forms everywhere) take
+// device buffers on the GPU where the transport moves device memory
+// device to device (on nccl, every rank on one GPU, through CUDA IPC):
+// the copies, the combining (kernels that give internal/reduce's bits)
+// and the scratch memory stay on the GPU. Elsewhere, or with
+// COURIER_DEVICE_COLL=staged, device buffers are staged through host
+// memory, once each way.
 package mp

@@ -9,9 +9,11 @@ import "github.com/courier-mp/courier/backend"
 //
 // It runs over point-to-point messages on every backend (NCCL has no
 // Gather): up a binomial tree (⌈log2 N⌉ steps; each inner rank forwards
-// its subtree's blocks in one message). Device buffers are staged through
-// host memory, as the collectives NCCL lacks are (the library's own
-// messages travel in host memory on nccl).
+// its subtree's blocks in one message). Device buffers take the path of
+// the collectives NCCL lacks: on the GPU where the transport moves device
+// memory device to device (the ranks of a nccl job that share one GPU),
+// else staged through host memory (the library's own messages travel in
+// host memory between ranks of NCCL's channels).
 //
 //go:noinline
 func Gather[B Buffer](c *Comm, send, recv B, root int) error {
@@ -35,8 +37,8 @@ func Gather[B Buffer](c *Comm, send, recv B, root int) error {
 // it in the tree then fail as for any rank that leaves a collective: with
 // the communicator's timeout).
 //
-// The blocks take Gather's path (a binomial tree; device buffers staged
-// through host memory).
+// The blocks take Gather's path (a binomial tree; device buffers as
+// Gather's).
 //
 //go:noinline
 func Gatherv[B Buffer](c *Comm, send, recv B, counts []int, root int) error {
@@ -57,7 +59,9 @@ func (c *Comm) gatherTree(send, recv backend.Buffer, l blocks, root int) error {
 	p, r := c.size, c.rank
 	v := mod(r-root, p)
 	if v == 0 {
-		copyHost(l.block(recv, r), send)
+		if err := c.copyBuf(l.block(recv, r), send); err != nil {
+			return err
+		}
 		for mask := 1; mask < p; mask <<= 1 {
 			if err := c.recvSpan(recv, l, (r+mask)%p, min(mask, p-mask)); err != nil {
 				return err
@@ -73,10 +77,12 @@ func (c *Comm) gatherTree(send, recv backend.Buffer, l blocks, root int) error {
 	}
 	own, next := send.Count, (r+1)%p
 	total := own + l.span(next, lim-1)
-	s := getScratch(total * int64(send.Type.Size()))
+	s, err := c.scratchFor(send, total*int64(send.Type.Size()))
+	if err != nil {
+		return err
+	}
 	tree := s.buf(0, send.Type, total)
-	copyHost(sub(tree, 0, own), send)
-	var err error
+	err = c.copyBuf(sub(tree, 0, own), send)
 	for mask := 1; mask < lim && err == nil; mask <<= 1 {
 		child := (r + mask) % p
 		err = c.recv(sub(tree, own+l.span(next, mask-1), l.span(child, min(mask, lim-mask))), child)
@@ -97,13 +103,18 @@ func (c *Comm) recvSpan(all backend.Buffer, l blocks, from, n int) error {
 	if from+n <= c.size {
 		return c.recv(sub(all, at, total), from)
 	}
-	s := getScratch(total * int64(all.Type.Size()))
+	s, err := c.scratchFor(all, total*int64(all.Type.Size()))
+	if err != nil {
+		return err
+	}
 	tmp := s.buf(0, all.Type, total)
-	err := c.recv(tmp, from)
+	err = c.recv(tmp, from)
 	if err == nil {
 		head := l.count - at
-		copyHost(sub(all, at, head), sub(tmp, 0, head))
-		copyHost(sub(all, 0, total-head), sub(tmp, head, total-head))
+		err = c.copyBuf(sub(all, at, head), sub(tmp, 0, head))
+		if err == nil {
+			err = c.copyBuf(sub(all, 0, total-head), sub(tmp, head, total-head))
+		}
 	}
 	s.release(err)
 	return err

@@ -15,8 +15,9 @@ import "github.com/courier-mp/courier/backend"
 // to k+1, in pieces of 64 KiB so that the ranks work at once), which
 // measured fastest on up to 8 ranks at every size, and by recursive
 // doubling (⌈log2 N⌉ steps) for small buffers on more ranks
-// (colltune.go). Device buffers are staged through host memory, where
-// the combining runs.
+// (colltune.go). Device buffers are combined on the GPU where the
+// transport moves device memory device to device (ranks sharing a GPU on
+// nccl), else staged through host memory, where the combining runs.
 //
 //go:noinline
 func Scan[B Buffer](c *Comm, send, recv B, op Op) error {
@@ -32,8 +33,8 @@ func Exscan[B Buffer](c *Comm, send, recv B, op Op) error {
 	return c.collective(backend.Coll{Kind: backend.Exscan, Send: describe(send), Recv: describe(recv), Op: op.reduceOp(), Caller: callerPC()})
 }
 
-// scan runs Scan (or Exscan, when ex) of host buffers by the algorithm
-// colltune.go picks.
+// scan runs Scan (or Exscan, when ex) by the algorithm colltune.go
+// picks, in the buffers' memory.
 func (c *Comm) scan(send, recv backend.Buffer, op Op, ex bool) error {
 	if small(scanRD, c.size, send.Len()) {
 		return c.scanRD(send, recv, op, ex)
@@ -51,15 +52,17 @@ func (c *Comm) scan(send, recv backend.Buffer, op Op, ex bool) error {
 func (c *Comm) scanRD(send, recv backend.Buffer, op Op, ex bool) error {
 	p, r := c.size, c.rank
 	size := roundUp8(send.Len())
-	s := getScratch(2 * size)
+	s, err := c.scratchFor(send, 2*size)
+	if err != nil {
+		return err
+	}
 	partial, tmp := s.buf(0, send.Type, send.Count), s.buf(size, send.Type, send.Count)
-	copyHost(partial, send)
-	if !ex {
-		copyHost(recv, send)
+	err = c.copyBuf(partial, send)
+	if err == nil && !ex {
+		err = c.copyBuf(recv, send)
 	}
 	have := !ex // whether recv holds a result yet
-	var err error
-	for mask := 1; mask < p; mask <<= 1 {
+	for mask := 1; mask < p && err == nil; mask <<= 1 {
 		peer := r ^ mask
 		if peer >= p {
 			continue
@@ -68,14 +71,16 @@ func (c *Comm) scanRD(send, recv backend.Buffer, op Op, ex bool) error {
 			break
 		}
 		if peer > r {
-			combine(partial, partial, tmp, op)
+			err = c.combine(partial, partial, tmp, op)
 			continue
 		}
-		combine(partial, tmp, partial, op)
+		if err = c.combine(partial, tmp, partial, op); err != nil {
+			break
+		}
 		if have {
-			combine(recv, tmp, recv, op)
+			err = c.combine(recv, tmp, recv, op)
 		} else {
-			copyHost(recv, tmp)
+			err = c.copyBuf(recv, tmp)
 			have = true
 		}
 	}
@@ -96,7 +101,10 @@ func (c *Comm) scanChain(send, recv backend.Buffer, op Op, ex bool, piece int64)
 	var in, out backend.Buffer // one piece each
 	if r > 0 {
 		sz := roundUp8(min(step, n) * esize)
-		s = getScratch(2 * sz)
+		var err error
+		if s, err = c.scratchFor(send, 2*sz); err != nil {
+			return err
+		}
 		in, out = s.buf(0, send.Type, min(step, n)), s.buf(sz, send.Type, min(step, n))
 	}
 	var err error
@@ -105,9 +113,11 @@ func (c *Comm) scanChain(send, recv backend.Buffer, op Op, ex bool, piece int64)
 		mine, res := sub(send, off, k), sub(recv, off, k)
 		if r == 0 {
 			if !ex {
-				copyHost(res, mine)
+				err = c.copyBuf(res, mine)
 			}
-			err = c.send(mine, 1)
+			if err == nil {
+				err = c.send(mine, 1)
+			}
 			continue
 		}
 		prefix := sub(in, 0, k)
@@ -118,13 +128,15 @@ func (c *Comm) scanChain(send, recv backend.Buffer, op Op, ex bool, piece int64)
 		if ex {
 			next = sub(out, 0, k)
 			if r < p-1 {
-				combine(next, prefix, mine, op) // before res, which may be mine
+				err = c.combine(next, prefix, mine, op) // before res, which may be mine
 			}
-			copyHost(res, prefix)
+			if err == nil {
+				err = c.copyBuf(res, prefix)
+			}
 		} else {
-			combine(res, prefix, mine, op)
+			err = c.combine(res, prefix, mine, op)
 		}
-		if r < p-1 {
+		if err == nil && r < p-1 {
 			err = c.send(next, r+1)
 		}
 	}

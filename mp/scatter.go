@@ -14,8 +14,7 @@ import (
 // It runs over point-to-point messages on every backend (NCCL has no
 // Scatter): down a binomial tree (⌈log2 N⌉ steps; each inner rank
 // receives its subtree's blocks in one message and forwards them).
-// Device buffers are staged through host memory, as the collectives NCCL
-// lacks are.
+// Device buffers take Gather's path.
 //
 //go:noinline
 func Scatter[B Buffer](c *Comm, send, recv B, root int) error {
@@ -57,8 +56,7 @@ func (c *Comm) scatterTree(send, recv backend.Buffer, l blocks, root int) error 
 				return err
 			}
 		}
-		copyHost(recv, l.block(send, r))
-		return nil
+		return c.copyBuf(recv, l.block(send, r))
 	}
 	low := v & -v
 	lim := min(low, p-v)
@@ -68,11 +66,14 @@ func (c *Comm) scatterTree(send, recv backend.Buffer, l blocks, root int) error 
 	}
 	own, next := recv.Count, (r+1)%p
 	total := own + l.span(next, lim-1)
-	s := getScratch(total * int64(recv.Type.Size()))
+	s, err := c.scratchFor(recv, total*int64(recv.Type.Size()))
+	if err != nil {
+		return err
+	}
 	tree := s.buf(0, recv.Type, total)
-	err := c.recv(tree, parent)
+	err = c.recv(tree, parent)
 	if err == nil {
-		copyHost(recv, sub(tree, 0, own))
+		err = c.copyBuf(recv, sub(tree, 0, own))
 	}
 	for mask := topBit(lim); mask > 0 && err == nil; mask >>= 1 {
 		child := (r + mask) % p
@@ -99,12 +100,19 @@ func (c *Comm) sendSpan(all backend.Buffer, l blocks, to, n int) error {
 	if to+n <= c.size {
 		return c.send(sub(all, at, total), to)
 	}
-	s := getScratch(total * int64(all.Type.Size()))
+	s, err := c.scratchFor(all, total*int64(all.Type.Size()))
+	if err != nil {
+		return err
+	}
 	tmp := s.buf(0, all.Type, total)
 	head := l.count - at
-	copyHost(sub(tmp, 0, head), sub(all, at, head))
-	copyHost(sub(tmp, head, total-head), sub(all, 0, total-head))
-	err := c.send(tmp, to)
+	err = c.copyBuf(sub(tmp, 0, head), sub(all, at, head))
+	if err == nil {
+		err = c.copyBuf(sub(tmp, head, total-head), sub(all, 0, total-head))
+	}
+	if err == nil {
+		err = c.send(tmp, to)
+	}
 	s.release(err)
 	return err
 }

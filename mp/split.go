@@ -240,6 +240,7 @@ func (c *Comm) child(conn backend.Conn, members []int, id uint32, name string) *
 		guard:       c.guard,
 		job:         c.job,
 		env:         c.env,
+		devMode:     c.devMode,
 		id:          id,
 		name:        name,
 		parent:      c,

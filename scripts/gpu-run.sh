@@ -70,6 +70,10 @@ step trace 60 "${M[@]}" -x COURIER_BACKEND=nccl -x COURIER_NCCL_TRACE=1 ./pingpo
 step bench-c-twocomms 120 "${M[@]}" ./p2p -group -twocomms
 step cuda 300 env COURIER_REQUIRE_GPU=2 ./cuda.test -test.v -test.count=1
 step nccl 240 "${MN[@]}" -x COURIER_REQUIRE_GPU="$NP" ./nccl.test -test.run '^TestGPU' -test.v -test.count=1 -test.timeout 230s
+# Every rank on GPU 0: the collectives of device buffers that package mp
+# runs on the device, over the CUDA IPC path.
+step nccl-shared 240 "${MN[@]}" -x COURIER_DEVICE=0 -x COURIER_REQUIRE_GPU="$NP" \
+	./nccl.test -test.run '^TestGPU(CombineKernels|IPCCollectives)$' -test.v -test.count=1 -test.timeout 230s
 step proctest-nccl-checked 420 "${MN[@]}" -x COURIER_REQUIRE_GPU="$NP" -x COURIER_BACKEND=nccl -x COURIER_CHECK=1 \
 	./proctest.test -test.run TestConformanceProcesses -test.v -test.timeout 400s
 # Without checks the cases of backend/nccl's needsChecks fail by design

@@ -52,7 +52,11 @@
 //   - Messages to oneself are matched by tag in memory and copied (host or
 //     device), never through NCCL; a send to oneself completes at once.
 //   - Messages with negative tags (the library's own, such as mp.Barrier's)
-//     travel over the host connection, so no user receive can take them.
+//     travel over the host connection, so no user receive can take them;
+//     in device memory between ranks that share a GPU, they take the IPC
+//     path, which matches by tag (DeviceDirect: when every rank shares
+//     this rank's GPU, package mp runs its collectives of device buffers
+//     on the GPU over it).
 //   - Device buffers (backend.Device) go to NCCL as they are; host buffers
 //     are staged through page-locked memory with copies on the channel's
 //     stream.
@@ -159,4 +163,8 @@ package nccl
 // the communicator's own costs and the shared stream's rule; split_test.go
 // checks derived communicators on the fake engine; collstream_ext_test.go
 // checks the stream-ordered collectives through mp on the fake GPU and on
-// GPUs.
+// GPUs; devreduce_test.go checks internal/devreduce's kernels against the
+// host's on GPUs (and, in devcoll_fakegpu_test.go, the fake's twins of
+// them), and devcoll_ext_test.go mp's collectives of device buffers on
+// ranks that share the fake GPU: on the device, no copy through host
+// memory.

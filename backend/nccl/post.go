@@ -84,7 +84,8 @@ func (c *conn) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 
 // post is what Isend and Irecv share: it checks the peer and the buffer,
 // hands a message with a negative tag to the host connection (internal),
-// and otherwise makes the request and, with the mutex held, places it
+// unless it is device memory to or from a rank of the IPC path, and
+// otherwise makes the request and, with the mutex held, places it
 // (placeSendLocked, placeRecvLocked) if its channel is usable. A request
 // that cannot be placed is recycled, never handed out.
 func (c *conn) post(recv bool, buf backend.Buffer, peer, tag int, caller uintptr) (backend.Request, error) {
@@ -94,7 +95,7 @@ func (c *conn) post(recv bool, buf backend.Buffer, peer, tag int, caller uintptr
 	if err := c.validate(buf); err != nil {
 		return nil, err
 	}
-	if tag < 0 && peer != c.rank {
+	if tag < 0 && peer != c.rank && !c.ipcLibrary(buf, peer) {
 		return c.internal(recv, buf, peer, tag, caller)
 	}
 	r := newRequest(c, recv, buf, peer, tag, caller)
@@ -172,6 +173,37 @@ func (c *conn) placeRecvLocked(r *request) error {
 	}
 	c.queue = append(c.queue, r)
 	return nil
+}
+
+// ipcLibrary reports whether a message of the library's own (a negative
+// tag) in buf to or from rank peer takes the IPC path rather than the
+// host connection: device memory between ranks that share a GPU, which
+// the IPC path copies device to device (package mp's collectives of
+// device buffers on the device; see DeviceDirect). The IPC path matches
+// by tag, so no receive of the program's can take such a message; the
+// library's messages in host memory keep to the host connection, and
+// both sides of a message pick alike, from the memory of its buffers.
+func (c *conn) ipcLibrary(buf backend.Buffer, peer int) bool {
+	return buf.Mem == backend.Device && c.ipcPeerOf(peer) != nil
+}
+
+// DeviceDirect implements backend.DeviceDirect: true when every other
+// rank shares this rank's GPU, so that all of them meet on the IPC path,
+// where device memory moves device to device whatever the tag (the
+// receiver's copy engine reads the sender's memory). Package mp then runs
+// its collectives of device buffers on the GPU. With a channel to any
+// rank (NCCL's, which would carry the library's device messages only
+// through the host connection, in host memory), false.
+func (c *conn) DeviceDirect() bool {
+	if c.ipc == nil || c.size < 2 {
+		return false
+	}
+	for p := range c.size {
+		if p != c.rank && c.ipcPeerOf(p) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // internal sends or receives a message with a negative tag: the

@@ -51,6 +51,10 @@ var allowed = map[string][]string{
 	// operators: mp's collectives and the shared-memory ones combine with
 	// the same code.
 	"internal/reduce": {"backend"},
+	// Their twins for device memory: PTX written here, loaded and
+	// launched through the CUDA loader (mp's collectives of device
+	// buffers on the device).
+	"internal/devreduce": {"backend", "cuda"},
 
 	// The transports: the contract, the CUDA loader and the internal
 	// leaves; the host ones over the matching engine, tcp's Open joining
@@ -61,7 +65,7 @@ var allowed = map[string][]string{
 	"backend/nccl": {"backend", "backend/tcp", "cuda", "internal/auth", "internal/errs", "internal/netaddr"},
 
 	// What users import.
-	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/errs", "internal/reduce", "internal/waitgraph"},
+	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/devreduce", "internal/errs", "internal/reduce", "internal/waitgraph"},
 
 	// On top: the test harnesses, the benchmarks, the command, the
 	// examples, and the test helpers.
@@ -100,6 +104,7 @@ var testOnly = map[string][]string{
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
 		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",
+		"internal/devreduce", "internal/reduce", // the device kernels against the host's, on the fake GPU and on GPUs
 	},
 	"mp":                            {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp/mptest"},
 	"mp/mptest":                     {"internal/leakcheck"},

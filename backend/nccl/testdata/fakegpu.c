@@ -85,6 +85,21 @@
 //     has called it (NCCL's finalize ends with a barrier of the ranks on
 //     a host), and ncclCommDestroy of a communicator not finalized, which
 //     would run that barrier inside, is an error.
+//
+// Kernels: cuModuleLoadDataEx takes PTX text (it must hold ".version"
+// and an ".entry") and keeps it; cuModuleGetFunction finds only the
+// kernels of internal/devreduce, named courier_combine_<type>_<op>, and
+// only those the module's text declares (".entry NAME("): anything else
+// is CUDA_ERROR_NOT_FOUND. cuLaunchKernel of one queues, in stream order
+// as a copy is, the C twin of the kernel (dst[i] = a[i] op b[i] for i
+// below n, its parameters read as the driver reads them), which computes
+// what internal/reduce computes on the host (see combine below); its
+// buffers must be device memory of the stream's device.
+//
+// Counters a test reads through the library's symbol table
+// (fakegpu_counts, with cuda.Symbol): the copies made or queued whose
+// source or destination is not device memory (host memory, page-locked
+// or not), their bytes, and the kernels launched.
 
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -203,12 +218,30 @@ static int inside(const void *p, size_t n, int dev) {
 	return 0;
 }
 
+// is_device reports whether the n bytes at p lie in device memory of any
+// device (an allocation, or a mapping of one opened through IPC).
+static int is_device(const void *p, size_t n) {
+	for (int d = 0; d < FAKE_NDEV; d++) {
+		if (inside(p, n, d)) return 1;
+	}
+	return 0;
+}
+
+// fakegpu_counts: [0] copies made or queued whose source or destination
+// is not device memory, [1] their bytes, [2] kernels launched. Updated
+// atomically; read by the tests through the symbol table.
+uint64_t fakegpu_counts[3];
+
 // --- streams and their work ---
 
 struct comm;
 struct event;
+struct kernel;
 
-enum { W_COPY, W_RECORD, W_WAIT, W_NCCL, W_WRITE64, W_WAIT64, W_COLL, W_SGEMM };
+// combine runs a kernel (see cuLaunchKernel).
+static void combine(const struct kernel *k, void *dst, const void *src, const void *src2, size_t n);
+
+enum { W_COPY, W_RECORD, W_WAIT, W_NCCL, W_WRITE64, W_WAIT64, W_COLL, W_SGEMM, W_KERNEL };
 
 // The collectives (struct work's and struct op's coll; 0: a send or a
 // receive).
@@ -239,8 +272,10 @@ struct work {
 	int coll, type, redop, root;
 	size_t count;
 	// W_SGEMM: dst = src × src2, n×n; the columns and rows its grid covers
+	// W_KERNEL: dst = src op src2 over n elements of kernel kern
 	const void *src2;
 	size_t cols, rows;
+	const struct kernel *kern;
 	struct work *next;
 };
 
@@ -706,6 +741,8 @@ static void advance(void) {
 					if (__atomic_load_n((uint64_t *)w->dst, __ATOMIC_ACQUIRE) < (uint64_t)w->seq) break;
 				} else if (w->kind == W_SGEMM) {
 					run_sgemm(w);
+				} else if (w->kind == W_KERNEL) {
+					combine(w->kern, w->dst, w->src, w->src2, w->n);
 				} else if (w->kind == W_COLL) {
 					if (!run_coll(w)) break;
 					progress = 1;
@@ -1070,6 +1107,10 @@ static CUresult copy(void *dst, const void *src, size_t n, struct stream *s) {
 		UNLOCK();
 		return r;
 	}
+	if (n > 0 && (!is_device(dst, n) || !is_device(src, n))) {
+		__atomic_add_fetch(&fakegpu_counts[0], 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&fakegpu_counts[1], n, __ATOMIC_RELAXED);
+	}
 	if (s == NULL) {
 		memmove(dst, src, n);
 		UNLOCK();
@@ -1380,75 +1421,258 @@ CUresult cuEventElapsedTime(float *ms, struct event *a, struct event *b) {
 	return CU_OK;
 }
 
-// --- modules: sgemm, the one kernel the fake runs ---
+// --- kernels ---
+//
+// The fake runs two kinds of kernel: sgemm (the seed examples' matrix
+// multiply, run_sgemm) and internal/devreduce's kernels, in C: what each computes is what
+// internal/reduce computes on the host (Go on amd64): integers wrap
+// around; float32 and float64 are added and multiplied once; float16 and
+// bfloat16 are combined in float and rounded back (float_to_half,
+// float_to_bf16); min and max are the bitwise OR of t1 = (x < y ? x : y)
+// and t2 = (t1 < x ? t1 : x), max through negated operands (Go's lowering
+// on amd64, NaN payloads and signed zeros included); complex numbers add
+// part by part and multiply as (ac - bd) + (ad + bc)i in double.
+
+enum { K_SUM, K_PROD, K_MIN, K_MAX };
+enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F16, T_BF16, T_F32, T_F64, T_C64, T_C128, T_COUNT };
+
+static const char *const kernel_types[T_COUNT] = {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+	"float16", "bfloat16", "float32", "float64", "complex64", "complex128"};
+static const size_t kernel_sizes[T_COUNT] = {1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16};
+static const char *const kernel_ops[4] = {"sum", "prod", "min", "max"};
 
 #define MODULE_MAGIC 0x6d6f646c
-#define FUNCTION_MAGIC 0x66756e63
+#define KERNEL_MAGIC 0x6b726e6c
 
-struct module;
-
-struct function {
+struct kernel {
 	int magic;
-	struct module *mod;
+	int sgemm; // sgemm(c, a, b, n); else courier_combine_<type>_<op>
+	int type, op;
+	size_t size;
+	struct kernel *next;
 };
 
 struct module {
 	int magic;
 	int dev;
-	char *image;
-	struct function sgemm; // handed out by cuModuleGetFunction, freed with the module
+	char *ptx;
+	struct kernel *kernels; // the functions taken from it, freed with it
 };
 
-CUresult cuModuleLoadDataEx(struct module **m, const void *image, unsigned int n, int *opts, void **vals) {
+static uint32_t bits32(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
+static float from32(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
+static uint64_t bits64(double f) { uint64_t b; memcpy(&b, &f, 8); return b; }
+static double from64(uint64_t b) { double f; memcpy(&f, &b, 8); return f; }
+
+static uint32_t min32(uint32_t x, uint32_t y) {
+	uint32_t t1 = from32(x) < from32(y) ? x : y;
+	uint32_t t2 = from32(t1) < from32(x) ? t1 : x;
+	return t1 | t2;
+}
+static uint64_t min64(uint64_t x, uint64_t y) {
+	uint64_t t1 = from64(x) < from64(y) ? x : y;
+	uint64_t t2 = from64(t1) < from64(x) ? t1 : x;
+	return t1 | t2;
+}
+
+// op32 and op64 combine the floats whose bits are x and y.
+static uint32_t op32(int op, uint32_t x, uint32_t y) {
+	switch (op) {
+	case K_SUM: return bits32(from32(x) + from32(y));
+	case K_PROD: return bits32(from32(x) * from32(y));
+	case K_MIN: return min32(x, y);
+	}
+	return min32(x ^ 0x80000000u, y ^ 0x80000000u) ^ 0x80000000u;
+}
+static uint64_t op64(int op, uint64_t x, uint64_t y) {
+	const uint64_t sign = (uint64_t)1 << 63;
+	switch (op) {
+	case K_SUM: return bits64(from64(x) + from64(y));
+	case K_PROD: return bits64(from64(x) * from64(y));
+	case K_MIN: return min64(x, y);
+	}
+	return min64(x ^ sign, y ^ sign) ^ sign;
+}
+
+#define COMBINE_INT(T, UT) \
+	for (size_t i = 0; i < n; i++) { \
+		T x, y, z; \
+		memcpy(&x, a + i * sizeof(T), sizeof(T)); \
+		memcpy(&y, b + i * sizeof(T), sizeof(T)); \
+		switch (k->op) { \
+		case K_SUM: z = (T)(UT)((UT)x + (UT)y); break; \
+		case K_PROD: z = (T)(UT)((UT)x * (UT)y); break; \
+		case K_MIN: z = y < x ? y : x; break; \
+		default: z = y > x ? y : x; break; \
+		} \
+		memcpy(d + i * sizeof(T), &z, sizeof(T)); \
+	} \
+	break
+
+// combine runs kernel k: dst[i] = a[i] op b[i] for i below n (dst may be
+// a or b).
+static void combine(const struct kernel *k, void *dst, const void *src, const void *src2, size_t n) {
+	char *d = dst;
+	const char *a = src, *b = src2;
+	switch (k->type) {
+	case T_I8: COMBINE_INT(int8_t, uint8_t);
+	case T_U8: COMBINE_INT(uint8_t, uint8_t);
+	case T_I16: COMBINE_INT(int16_t, uint16_t);
+	case T_U16: COMBINE_INT(uint16_t, uint16_t);
+	case T_I32: COMBINE_INT(int32_t, uint32_t);
+	case T_U32: COMBINE_INT(uint32_t, uint32_t);
+	case T_I64: COMBINE_INT(int64_t, uint64_t);
+	case T_U64: COMBINE_INT(uint64_t, uint64_t);
+	case T_F16:
+	case T_BF16:
+		for (size_t i = 0; i < n; i++) {
+			uint16_t x, y, z;
+			memcpy(&x, a + 2 * i, 2);
+			memcpy(&y, b + 2 * i, 2);
+			int half = k->type == T_F16;
+			uint32_t r = op32(k->op, bits32(half ? half_to_float(x) : bf16_to_float(x)), bits32(half ? half_to_float(y) : bf16_to_float(y)));
+			z = half ? float_to_half(from32(r)) : float_to_bf16(from32(r));
+			memcpy(d + 2 * i, &z, 2);
+		}
+		break;
+	case T_F32:
+		for (size_t i = 0; i < n; i++) {
+			uint32_t x, y, z;
+			memcpy(&x, a + 4 * i, 4);
+			memcpy(&y, b + 4 * i, 4);
+			z = op32(k->op, x, y);
+			memcpy(d + 4 * i, &z, 4);
+		}
+		break;
+	case T_F64:
+		for (size_t i = 0; i < n; i++) {
+			uint64_t x, y, z;
+			memcpy(&x, a + 8 * i, 8);
+			memcpy(&y, b + 8 * i, 8);
+			z = op64(k->op, x, y);
+			memcpy(d + 8 * i, &z, 8);
+		}
+		break;
+	case T_C64:
+		for (size_t i = 0; i < n; i++) {
+			float x[2], y[2], z[2];
+			memcpy(x, a + 8 * i, 8);
+			memcpy(y, b + 8 * i, 8);
+			if (k->op == K_SUM) {
+				z[0] = x[0] + y[0], z[1] = x[1] + y[1];
+			} else {
+				double ar = x[0], ai = x[1], br = y[0], bi = y[1];
+				double re = ar * br - ai * bi, im = ar * bi + ai * br;
+				z[0] = (float)re, z[1] = (float)im;
+			}
+			memcpy(d + 8 * i, z, 8);
+		}
+		break;
+	case T_C128:
+		for (size_t i = 0; i < n; i++) {
+			double x[2], y[2], z[2];
+			memcpy(x, a + 16 * i, 16);
+			memcpy(y, b + 16 * i, 16);
+			if (k->op == K_SUM) {
+				z[0] = x[0] + y[0], z[1] = x[1] + y[1];
+			} else {
+				double ac = x[0] * y[0], bd = x[1] * y[1], ad = x[0] * y[1], bc = x[1] * y[0];
+				z[0] = ac - bd, z[1] = ad + bc;
+			}
+			memcpy(d + 16 * i, z, 16);
+		}
+		break;
+	}
+}
+
+CUresult cuModuleLoadDataEx(void **m, const void *image, unsigned int n, int *opts, void **vals) {
 	(void)n, (void)opts, (void)vals;
 	CUresult r = need_ctx();
 	if (r) return r;
-	if (image == NULL || strstr(image, ".version") == NULL) return CU_INVALID_PTX;
+	if (m == NULL || image == NULL) return CU_INVALID_VALUE;
+	const char *text = image;
+	if (strstr(text, ".version") == NULL || strstr(text, ".entry") == NULL) return CU_INVALID_PTX;
 	struct module *mod = calloc(1, sizeof *mod);
-	if (mod == NULL || (mod->image = strdup(image)) == NULL) {
-		free(mod);
-		return CU_OUT_OF_MEMORY;
-	}
 	mod->magic = MODULE_MAGIC;
 	mod->dev = cur()->dev;
-	mod->sgemm.mod = mod;
+	mod->ptx = strdup(text);
 	*m = mod;
 	return CU_OK;
 }
 
-CUresult cuModuleUnload(struct module *m) {
+CUresult cuModuleUnload(void *m) {
 	CUresult r = need_ctx();
 	if (r) return r;
-	if (m == NULL || m->magic != MODULE_MAGIC) return CU_INVALID_HANDLE;
-	if (m->dev != cur()->dev) return CU_INVALID_CONTEXT;
-	m->magic = 0;
-	m->sgemm.magic = 0;
-	free(m->image);
-	free(m);
+	struct module *mod = m;
+	if (mod == NULL || mod->magic != MODULE_MAGIC) return CU_INVALID_HANDLE;
+	LOCK();
+	advance(); // kernels queued from it run first
+	for (struct kernel *k = mod->kernels, *next; k; k = next) {
+		next = k->next;
+		k->magic = 0;
+		free(k);
+	}
+	UNLOCK();
+	mod->magic = 0;
+	free(mod->ptx);
+	free(mod);
 	return CU_OK;
 }
 
-CUresult cuModuleGetFunction(struct function **f, struct module *m, const char *name) {
+// cuModuleGetFunction finds sgemm, or courier_combine_<type>_<op>, where
+// the module's text declares it.
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
 	CUresult r = need_ctx();
 	if (r) return r;
-	if (m == NULL || m->magic != MODULE_MAGIC) return CU_INVALID_HANDLE;
-	if (m->dev != cur()->dev) return CU_INVALID_CONTEXT;
-	if (strcmp(name, "sgemm") != 0 || strstr(m->image, ".entry sgemm(") == NULL) return CU_NOT_FOUND;
-	m->sgemm.magic = FUNCTION_MAGIC;
-	*f = &m->sgemm;
+	struct module *mod = m;
+	if (f == NULL || name == NULL) return CU_INVALID_VALUE;
+	if (mod == NULL || mod->magic != MODULE_MAGIC) return CU_INVALID_HANDLE;
+	if (mod->dev != cur()->dev) return CU_INVALID_CONTEXT;
+	if (strcmp(name, "sgemm") == 0) {
+		if (strstr(mod->ptx, ".entry sgemm(") == NULL) return CU_NOT_FOUND;
+		struct kernel *k = calloc(1, sizeof *k);
+		k->magic = KERNEL_MAGIC;
+		k->sgemm = 1;
+		LOCK();
+		k->next = mod->kernels;
+		mod->kernels = k;
+		UNLOCK();
+		*f = k;
+		return CU_OK;
+	}
+	const char *prefix = "courier_combine_";
+	size_t pn = strlen(prefix);
+	if (strncmp(name, prefix, pn) != 0) return CU_NOT_FOUND;
+	const char *rest = name + pn, *us = strrchr(rest, '_');
+	if (us == NULL) return CU_NOT_FOUND;
+	int type = -1, op = -1;
+	for (int t = 0; t < T_COUNT; t++) {
+		if (strlen(kernel_types[t]) == (size_t)(us - rest) && strncmp(rest, kernel_types[t], (size_t)(us - rest)) == 0) type = t;
+	}
+	for (int o = 0; o < 4; o++) {
+		if (strcmp(us + 1, kernel_ops[o]) == 0) op = o;
+	}
+	if (type < 0 || op < 0) return CU_NOT_FOUND;
+	char decl[128];
+	snprintf(decl, sizeof decl, ".entry %s(", name);
+	if (strstr(mod->ptx, decl) == NULL) return CU_NOT_FOUND;
+	struct kernel *k = calloc(1, sizeof *k);
+	k->magic = KERNEL_MAGIC;
+	k->type = type;
+	k->op = op;
+	k->size = kernel_sizes[type];
+	LOCK();
+	k->next = mod->kernels;
+	mod->kernels = k;
+	UNLOCK();
+	*f = k;
 	return CU_OK;
 }
 
-// cuLaunchKernel queues sgemm(c, a, b, n) on s (runs it at once on the
-// legacy stream): the three matrices must lie in device memory of the
-// current device.
-CUresult cuLaunchKernel(struct function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-		unsigned shared, struct stream *s, void **params, void **extra) {
-	(void)shared;
-	CUresult r = need_ctx();
-	if (r) return r;
-	if (f == NULL || f->magic != FUNCTION_MAGIC || f->mod->magic != MODULE_MAGIC) return CU_INVALID_HANDLE;
-	if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || params == NULL || extra != NULL) return CU_INVALID_VALUE;
+// launch_sgemm is cuLaunchKernel of sgemm(c, a, b, n): the three n×n
+// matrices must lie in device memory of the current device.
+static CUresult launch_sgemm(unsigned gx, unsigned gy, unsigned bx, unsigned by, struct stream *s, void **params) {
+	CUresult r;
 	uint64_t c, a, b;
 	uint32_t n;
 	memcpy(&c, params[0], 8);
@@ -1456,7 +1680,7 @@ CUresult cuLaunchKernel(struct function *f, unsigned gx, unsigned gy, unsigned g
 	memcpy(&b, params[2], 8);
 	memcpy(&n, params[3], 4);
 	LOCK();
-	if ((r = stream_ok(s)) != CU_OK || (r = f->mod->dev != cur()->dev ? CU_INVALID_CONTEXT : CU_OK) != CU_OK) {
+	if ((r = stream_ok(s)) != CU_OK) {
 		UNLOCK();
 		return r;
 	}
@@ -1478,6 +1702,7 @@ CUresult cuLaunchKernel(struct function *f, unsigned gx, unsigned gy, unsigned g
 	w->n = n;
 	w->cols = (size_t)gx * bx;
 	w->rows = (size_t)gy * by;
+	__atomic_add_fetch(&fakegpu_counts[2], 1, __ATOMIC_RELAXED);
 	if (s == NULL) {
 		run_sgemm(w);
 		free(w);
@@ -1485,6 +1710,58 @@ CUresult cuLaunchKernel(struct function *f, unsigned gx, unsigned gy, unsigned g
 		if (pending_launch_on(s)) fail_usage("a kernel queued on a stream while an NCCL group for it was still in progress");
 		push_work(s, w);
 	}
+	UNLOCK();
+	return CU_OK;
+}
+
+// cuLaunchKernel queues a kernel of cuModuleGetFunction (runs it at once
+// on the legacy stream): a combine's parameters are (dst, a, b u64 device
+// pointers, n u64), sgemm's (c, a, b u64, n u32), read as the driver
+// reads them (params[i] points at argument i); the memory must lie in
+// device memory of the current device.
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		unsigned shared, void *s, void **params, void **extra) {
+	(void)shared;
+	CUresult r = need_ctx();
+	if (r) return r;
+	struct kernel *k = f;
+	if (k == NULL || k->magic != KERNEL_MAGIC) return CU_INVALID_HANDLE;
+	if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || bx * by * bz > 1024) return CU_INVALID_VALUE;
+	if (params == NULL || extra != NULL) return CU_INVALID_VALUE;
+	if (k->sgemm) return launch_sgemm(gx, gy, bx, by, s, params);
+	uint64_t dst, a, b, n;
+	memcpy(&dst, params[0], 8);
+	memcpy(&a, params[1], 8);
+	memcpy(&b, params[2], 8);
+	memcpy(&n, params[3], 8);
+	if (n > ((uint64_t)1 << 40)) return CU_INVALID_VALUE;
+	size_t bytes = (size_t)n * k->size;
+	LOCK();
+	struct stream *st = s;
+	if ((r = stream_ok(st)) != CU_OK) {
+		UNLOCK();
+		return r;
+	}
+	int dev = cur()->dev;
+	if (n > 0 && (!inside(DEV(dst), bytes, dev) || !inside(DEV(a), bytes, dev) || !inside(DEV(b), bytes, dev))) {
+		UNLOCK();
+		return CU_INVALID_VALUE; // on a GPU, a fault at the next synchronize
+	}
+	__atomic_add_fetch(&fakegpu_counts[2], 1, __ATOMIC_RELAXED);
+	if (st == NULL) {
+		combine(k, DEV(dst), DEV(a), DEV(b), (size_t)n);
+		UNLOCK();
+		return CU_OK;
+	}
+	if (pending_launch_on(st)) fail_usage("a kernel queued on a stream while an NCCL group for it was still in progress");
+	struct work *w = calloc(1, sizeof *w);
+	w->kind = W_KERNEL;
+	w->dst = DEV(dst);
+	w->src = DEV(a);
+	w->src2 = DEV(b);
+	w->n = (size_t)n;
+	w->kern = k;
+	push_work(st, w);
 	UNLOCK();
 	return CU_OK;
 }
