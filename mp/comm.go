@@ -68,7 +68,8 @@ type Comm struct {
 	guard       bool // COURIER_CHECK=2: send buffers checked for changes (guard.go)
 	job         backend.Job
 	env         func(string) string
-	cores       bool // Init lowered GOMAXPROCS for it (cores.go)
+	cores       bool      // Init lowered GOMAXPROCS for it (cores.go)
+	tr          *recorder // the timeline (trace.go); nil: none is recorded
 
 	// order lets one collective (or Barrier) of this rank run at a
 	// time, in their start order, blocking and non-blocking (icoll.go):
@@ -120,7 +121,9 @@ type config struct {
 	guardOpt   *bool // WithSendBufferCheck
 	job        *bootstrap.Job
 	env        func(string) string
-	envSet     bool // WithEnv: the process environment is not read
+	envSet     bool   // WithEnv: the process environment is not read
+	trace      string // COURIER_TRACE or WithTrace: the trace's file ("": none)
+	traceSet   bool   // WithTrace
 }
 
 // WithBackend selects the backend by name ("host", "tcp", "nccl", "auto"),
@@ -240,6 +243,17 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		}
 		job.Generation = gen
 	}
+	var tr *recorder
+	if cfg.trace != "" {
+		if tr, err = openTrace(cfg.trace, job.Rank, job.Size); err != nil {
+			return fail(err)
+		}
+		defer func() {
+			if tr != nil { // Init failed
+				tr.discard()
+			}
+		}()
+	}
 	exch, err := bootstrap.Connect(ctx, job)
 	if err != nil {
 		return fail(generationHint(gen, err))
@@ -277,7 +291,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		name:        "world",
 		fam:         newFamily(),
 		cores:       lowered,
+		tr:          tr,
 	}
+	tr = nil // the communicator's now
 	c.track()
 	c.setPeerAnswer()
 	return c, nil
@@ -310,6 +326,9 @@ var _ backend.Exchanger = bootstrap.Exchanger(nil)
 func (c *config) fromEnv() error {
 	if c.backend == "" {
 		c.backend = strings.TrimSpace(c.env("COURIER_BACKEND"))
+	}
+	if !c.traceSet {
+		c.trace = strings.TrimSpace(c.env(traceEnv))
 	}
 	if !c.timeoutSet {
 		d, err := timeoutFromEnv(c.env)
@@ -490,6 +509,9 @@ func (c *Comm) Close() error {
 			if c.cores {
 				releaseCores()
 			}
+			if c.tr != nil {
+				err = errors.Join(err, c.tr.write(c.backendName, true))
+			}
 		}
 		c.closeErr = c.opErr("close", -1, -1, err)
 	})
@@ -509,6 +531,9 @@ func (c *Comm) Abort(err error) {
 		err = errors.New("aborted by the program")
 	}
 	c.conn.Abort(fmt.Errorf("%w: %w", ErrAborted, err))
+	if c.tr != nil {
+		c.tr.write(c.backendName, false) // what led here, should the program not reach Close; Close writes it again
+	}
 }
 
 // unreceived is Close's check: with checks on, an error listing the

@@ -18,12 +18,21 @@ import (
 //
 //go:noinline
 func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
-	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
+	b, pc := describe(buf), callerPC()
+	var span uint64
+	if traceOn.Load() {
+		span = c.tracePost(tkSend, b, dest, tag, pc)
+	}
+	r, err := c.start(opSend, b, dest, tag, pc)
 	if err == nil {
 		_, err = c.wait(r)
 		r.Release()
 	}
-	return c.opErr("send", dest, tag, err)
+	err = c.opErr("send", dest, tag, err)
+	if span != 0 {
+		c.traceDone(span, Status{}, err)
+	}
+	return err
 }
 
 // Recv receives a message from rank source (or AnySource) with tag (or
@@ -33,13 +42,22 @@ func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
 //
 //go:noinline
 func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
-	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
-	if err != nil {
-		return Status{}, c.opErr("recv", source, tag, err)
+	b, pc := describe(buf), callerPC()
+	var span uint64
+	if traceOn.Load() {
+		span = c.tracePost(tkRecv, b, source, tag, pc)
 	}
-	st, err := c.wait(r)
-	r.Release()
-	return st, c.opErr("recv", source, tag, err)
+	var st Status
+	r, err := c.start(opRecv, b, source, tag, pc)
+	if err == nil {
+		st, err = c.wait(r)
+		r.Release()
+	}
+	err = c.opErr("recv", source, tag, err)
+	if span != 0 {
+		c.traceDone(span, st, err)
+	}
+	return st, err
 }
 
 // Isend starts sending buf to rank dest with tag and returns at once. buf
@@ -54,9 +72,16 @@ func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
 	if c != nil && c.guard {
 		g = newGuard(b, pc)
 	}
+	var span uint64
+	if traceOn.Load() {
+		span = c.tracePost(tkIsend, b, dest, tag, pc)
+	}
 	r, err := c.start(opSend, b, dest, tag, pc)
 	q := c.request(opSend, dest, tag, r, err)
 	q.guard = g
+	if span != 0 {
+		c.traceRequest(q, span)
+	}
 	return q
 }
 
@@ -66,8 +91,17 @@ func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
 //
 //go:noinline
 func Irecv[B Buffer](c *Comm, buf B, source, tag int) *Request {
-	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
-	return c.request(opRecv, source, tag, r, err)
+	b, pc := describe(buf), callerPC()
+	var span uint64
+	if traceOn.Load() {
+		span = c.tracePost(tkIrecv, b, source, tag, pc)
+	}
+	r, err := c.start(opRecv, b, source, tag, pc)
+	q := c.request(opRecv, source, tag, r, err)
+	if span != 0 {
+		c.traceRequest(q, span)
+	}
+	return q
 }
 
 type opKind bool
@@ -111,15 +145,29 @@ func (c *Comm) request(op opKind, peer, tag int, r backend.Request, err error) *
 //
 //go:noinline
 func Sendrecv[S, R Buffer](c *Comm, send S, dest, sendTag int, recv R, source, recvTag int) (Status, error) {
+	pc := callerPC()
+	sb, rb := describe(send), describe(recv)
+	var span uint64
+	if traceOn.Load() {
+		span = c.traceSendrecv(sb, dest, sendTag, rb, source, recvTag, pc)
+	}
+	st, err := c.sendrecv(sb, dest, sendTag, rb, source, recvTag, pc)
+	if span != 0 {
+		c.traceDone(span, st, err)
+	}
+	return st, err
+}
+
+// sendrecv is Sendrecv's work.
+func (c *Comm) sendrecv(send backend.Buffer, dest, sendTag int, recv backend.Buffer, source, recvTag int, pc uintptr) (Status, error) {
 	if err := c.checkPeer(dest, sendTag, false); err != nil {
 		return Status{}, c.opErr("send", dest, sendTag, err)
 	}
-	pc := callerPC()
-	rr, err := c.start(opRecv, describe(recv), source, recvTag, pc)
+	rr, err := c.start(opRecv, recv, source, recvTag, pc)
 	if err != nil {
 		return Status{}, c.opErr("recv", source, recvTag, err)
 	}
-	sr, serr := c.conn.Isend(describe(send), dest, sendTag, pc)
+	sr, serr := c.conn.Isend(send, dest, sendTag, pc)
 	if serr == nil {
 		_, serr = c.wait(sr)
 		sr.Release()

@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"internal/launch":    {"internal/waitgraph"},
 	"internal/shm":       nil, // shared memory, rings, doorbells, single copy: the OS shim of backend/shm
 	"internal/waitgraph": nil, // the wait-for graph of a hung job, for courier run and mp's timeout
+	"internal/trace":     nil, // the timeline's file format: mp writes it, courier trace reads it
 
 	// The bottom of the house: the CUDA loader and the backend contract
 	// import only the sentinels' leaf.
@@ -61,7 +62,7 @@ var allowed = map[string][]string{
 	"backend/nccl": {"backend", "backend/tcp", "cuda", "internal/auth", "internal/errs", "internal/netaddr"},
 
 	// What users import.
-	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/errs", "internal/reduce", "internal/waitgraph"},
+	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/errs", "internal/reduce", "internal/trace", "internal/waitgraph"},
 
 	// On top: the test harnesses, the benchmarks, the command, the
 	// examples, and the test helpers.
@@ -72,7 +73,7 @@ var allowed = map[string][]string{
 	"internal/conformance/inproc":   nil, // tests only
 	"internal/bench":                {"cuda", "mp"},
 	"internal/bench/chart":          {"internal/bench"},
-	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
+	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "internal/trace", "mp"},
 	"examples/...":                  {"cuda", "mp"},
 	"internal/campaign":             {"internal/conformance/proctest", "mp"}, // the kill campaign
 	"internal/faultproxy":           {"internal/engine"},                     // a relay for tests that alters courier's frames
