@@ -106,7 +106,7 @@ var testOnly = map[string][]string{
 	"examples/...":                  {"internal/exampletest"},
 	"internal/faultproxy":           {"internal/leakcheck"},
 	"internal/campaign":             {"internal/leakcheck", "mp/mptest"},
-	"cmd/courier":                   {"internal/leakcheck"}, // what a killed job leaves (LeftByJob)
+	"cmd/courier":                   {"internal/leakcheck", "mp/mptest"}, // what a killed job leaves (LeftByJob); the ranks whose traces courier trace merges
 }
 
 // external is what outside the standard library and the module a

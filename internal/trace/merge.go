@@ -85,5 +85,8 @@ func Merge(files ...*File) (*File, error) {
 	}
 	slices.SortStableFunc(spans, func(a, b Event) int { return cmp.Compare(a.Ts, b.Ts) })
 	out.TraceEvents = append(out.TraceEvents, spans...)
+	if err := out.check(); err != nil { // origins decades apart
+		return nil, fmt.Errorf("merging: %w", err)
+	}
 	return out, nil
 }

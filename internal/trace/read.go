@@ -34,8 +34,9 @@ func ReadFile(path string) (*File, error) {
 
 // Read reads one trace, a JSON object, from r and checks it: courier's
 // metadata present and of a version this package reads, every rank named
-// once, every span of a rank the metadata lists, with a finite start and
-// a duration that is neither negative nor missing. Nothing may follow the
+// once, every span of a rank the metadata lists, with a start and a
+// duration (neither negative nor missing) within some 30 years of the
+// origin. Nothing may follow the
 // object but white space. Its errors match ErrFormat (or are r's).
 func Read(r io.Reader) (*File, error) {
 	dec := json.NewDecoder(bufio.NewReader(r))
@@ -45,7 +46,7 @@ func Read(r io.Reader) (*File, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		if err == nil {
-			err = errors.New("more data after the trace's JSON object")
+			return nil, fmt.Errorf("%w: more data after the trace's JSON object", ErrFormat)
 		}
 		return nil, decodeError(err)
 	}
@@ -72,6 +73,10 @@ func decodeError(err error) error {
 	}
 	return err // the input's own read error
 }
+
+// maxMicros bounds the times of a span (microseconds from the origin),
+// so that what reads a file computes with finite numbers.
+const maxMicros = 1e15
 
 // check validates what Read decoded.
 func (f *File) check() error {
@@ -105,11 +110,11 @@ func (f *File) check() error {
 		if e.Ph != "X" {
 			continue
 		}
-		if math.IsNaN(e.Ts) || math.IsInf(e.Ts, 0) {
-			return fmt.Errorf("%w: span %d (%q) has no finite start", ErrFormat, i, e.Name)
+		if !(math.Abs(e.Ts) <= maxMicros) {
+			return fmt.Errorf("%w: span %d (%q) starts at %g µs, beyond %g µs (some 30 years) from the origin", ErrFormat, i, e.Name, e.Ts, maxMicros)
 		}
-		if e.Dur == nil || !(*e.Dur >= 0) || math.IsInf(*e.Dur, 0) {
-			return fmt.Errorf("%w: span %d (%q) has a missing, negative or infinite duration", ErrFormat, i, e.Name)
+		if e.Dur == nil || !(*e.Dur >= 0 && *e.Dur <= maxMicros) {
+			return fmt.Errorf("%w: span %d (%q) has a missing, negative or too long duration", ErrFormat, i, e.Name)
 		}
 	}
 	return nil
