@@ -134,7 +134,13 @@ func (c *Comm) collOnStream(co backend.Coll, s *cuda.Stream) (*Request, error) {
 		}
 	}
 	c.collLock(co.Caller, call, span)
+	if span != 0 {
+		c.traceStreamStart(span, s) // in its turn: the GPU span begins where the collective is queued
+	}
 	r, err := c.runOnStream(co, s)
+	if span != 0 {
+		c.traceStreamEnd(span)
+	}
 	c.collUnlock()
 	q := &Request{c: c, op: name, peer: peer, tag: -1, coll: true, r: r}
 	switch {

@@ -130,10 +130,15 @@ func (c *Comm) tracedOnStream(kind traceKind, b backend.Buffer, peer, tag int, s
 		op = opRecv
 	}
 	span := c.tracePost(kind, b, peer, tag, pc)
-	if span != 0 && s != nil && s.Handle() != 0 {
+	live := span != 0 && s != nil && s.Handle() != 0
+	if live {
 		c.traceOnStream(span, s.Handle())
+		c.traceStreamStart(span, s)
 	}
 	q := c.onStream(op, b, peer, tag, s, pc, span)
+	if live {
+		c.traceStreamEnd(span)
+	}
 	if span != 0 && q.tseq == 0 {
 		c.traceRequest(q, span)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/courier-mp/courier/backend"
+	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/internal/trace"
 )
 
@@ -100,8 +101,9 @@ type traceEvent struct {
 	name          string
 	comm          *Comm // nil for the world
 	err           error
-	peer, tag     int32 // a collective's root in peer (-1: none)
-	peer2, tag2   int32 // Sendrecv's source and receive tag
+	gpu           *gpuTimes // a span on a stream's track timed on the GPU (tracegpu.go); nil: none
+	peer, tag     int32     // a collective's root in peer (-1: none)
+	peer2, tag2   int32     // Sendrecv's source and receive tag
 	call          uint32
 	track         uint16 // 0: the host; k: stream k
 	elem          uint8  // the receive buffer's element size
@@ -111,22 +113,26 @@ type traceEvent struct {
 
 // recorder keeps a rank's spans in a ring and writes them to its file.
 type recorder struct {
-	origin    time.Time
-	path      string
-	rank      int
-	size      int
-	backend   string
-	host      string
-	pid       int
-	capacity  int
-	writeMu   sync.Mutex // one write at a time; the file, closed
-	file      *os.File
-	closed    bool
-	mu        sync.Mutex // the ring and the streams
-	ring      []traceEvent
-	seq       uint64    // spans recorded so far
-	streams   []uintptr // the handle of stream track k+1
-	streamIDs map[uintptr]uint16
+	origin      time.Time
+	path        string
+	rank        int
+	size        int
+	backend     string
+	host        string
+	pid         int
+	capacity    int
+	writeMu     sync.Mutex // one write at a time; the file, closed
+	file        *os.File
+	closed      bool
+	mu          sync.Mutex // the ring, the streams, stopped
+	stopped     bool       // the last write has begun: no span is recorded any more
+	ring        []traceEvent
+	seq         uint64    // spans recorded so far
+	streams     []uintptr // the handle of stream track k+1
+	streamIDs   map[uintptr]uint16
+	gpuMu       sync.Mutex                 // the anchors
+	anchors     map[cuda.Device]*gpuAnchor // per device, nil where it cannot time (tracegpu.go)
+	gpuReleased bool                       // the anchors are destroyed: none is made any more
 }
 
 // openTrace creates the trace file of rank for spec (COURIER_TRACE) and
@@ -155,18 +161,29 @@ func (r *recorder) discard() {
 // now is the time since the origin.
 func (r *recorder) now() int64 { return int64(time.Since(r.origin)) }
 
-// begin records e, posted now, and returns its number.
+// begin records e, posted now, and returns its number; 0 once the last
+// write has begun.
 func (r *recorder) begin(e traceEvent) uint64 {
 	e.post = r.now()
+	var old *gpuTimes
 	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return 0
+	}
 	r.seq++
 	e.seq = r.seq
 	if len(r.ring) < r.capacity {
 		r.ring = append(r.ring, e)
 	} else {
-		r.ring[(e.seq-1)%uint64(r.capacity)] = e
+		i := (e.seq - 1) % uint64(r.capacity)
+		old = r.ring[i].gpu
+		r.ring[i] = e
 	}
 	r.mu.Unlock()
+	if old != nil {
+		old.destroy()
+	}
 	return e.seq
 }
 
@@ -306,10 +323,11 @@ func (c *Comm) traceRequest(q *Request, seq uint64) {
 }
 
 // snapshot is the spans kept, oldest first, how many were dropped, and
-// the time of the snapshot.
-func (r *recorder) snapshot() (events []traceEvent, dropped uint64, at int64) {
+// the time of the snapshot; final stops the recording.
+func (r *recorder) snapshot(final bool) (events []traceEvent, dropped uint64, at int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.stopped = r.stopped || final
 	at = r.now()
 	events = make([]traceEvent, 0, len(r.ring))
 	if r.seq > uint64(len(r.ring)) { // wrapped: the oldest is the next to go
@@ -330,7 +348,7 @@ func (r *recorder) write(backendName string, final bool) error {
 	if r.closed {
 		return nil
 	}
-	events, dropped, at := r.snapshot()
+	events, dropped, at := r.snapshot(final)
 	r.mu.Lock()
 	streams := append([]uintptr(nil), r.streams...)
 	r.mu.Unlock()
@@ -352,6 +370,12 @@ func (r *recorder) write(backendName string, final bool) error {
 	if final {
 		r.closed = true
 		err = errors.Join(err, r.file.Close())
+		for _, e := range events {
+			if e.gpu != nil {
+				e.gpu.destroy()
+			}
+		}
+		r.releaseGPU()
 	}
 	if err != nil {
 		return fmt.Errorf("writing the trace to %s: %w", r.path, err)
@@ -403,6 +427,15 @@ func (r *recorder) span(e *traceEvent, tracks []string, streams []uintptr, at in
 	}
 	if e.run > e.post {
 		a.StartedUs = new(trace.Micros(e.run))
+	}
+	if e.gpu != nil {
+		if start, end, ok := r.gpuSpan(e.gpu); ok {
+			a.Clock, a.PostedUs = "gpu", new(trace.Micros(s.Start))
+			if !a.Pending {
+				a.CompletedUs = new(trace.Micros(s.End))
+			}
+			s.Start, s.End = start, end
+		}
 	}
 	if e.track > 0 && int(e.track) <= len(streams) {
 		a.Stream = fmt.Sprintf("%#x", streams[e.track-1])

@@ -48,6 +48,7 @@ func (c *Comm) Trace(name string) TraceSpan {
 // TraceSpan does nothing.
 func (s TraceSpan) End() {
 	if s.seq != 0 {
+		s.c.traceStreamEnd(s.seq) // TraceOnStream's
 		s.c.traceDone(s.seq, Status{}, nil)
 	}
 }

@@ -96,7 +96,7 @@ var testOnly = map[string][]string{
 	"internal/launch": {"internal/leakcheck"},
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
-		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",
+		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "internal/trace", "mp",
 	},
 	"mp":                            {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp/mptest"},
 	"mp/mptest":                     {"internal/leakcheck"},
