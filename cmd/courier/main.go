@@ -1,6 +1,7 @@
 // Command courier is courier's command line: it runs a program as a local
-// multi-rank job (courier run), and will report what this machine offers
-// and measure the transports.
+// multi-rank job (courier run), reports what this machine offers (courier
+// info), measures the transports (courier bench, courier plot), and
+// merges and draws the ranks' timelines (courier trace).
 //
 // Usage:
 //
