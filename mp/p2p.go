@@ -18,21 +18,15 @@ import (
 //
 //go:noinline
 func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
-	b, pc := describe(buf), callerPC()
-	var span uint64
 	if traceOn.Load() {
-		span = c.tracePost(tkSend, b, dest, tag, pc)
+		return c.tracedSend(describe(buf), dest, tag, callerPC())
 	}
-	r, err := c.start(opSend, b, dest, tag, pc)
+	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
 	if err == nil {
 		_, err = c.wait(r)
 		r.Release()
 	}
-	err = c.opErr("send", dest, tag, err)
-	if span != 0 {
-		c.traceDone(span, Status{}, err)
-	}
-	return err
+	return c.opErr("send", dest, tag, err)
 }
 
 // Recv receives a message from rank source (or AnySource) with tag (or
@@ -42,22 +36,16 @@ func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
 //
 //go:noinline
 func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
-	b, pc := describe(buf), callerPC()
-	var span uint64
 	if traceOn.Load() {
-		span = c.tracePost(tkRecv, b, source, tag, pc)
+		return c.tracedRecv(describe(buf), source, tag, callerPC())
 	}
-	var st Status
-	r, err := c.start(opRecv, b, source, tag, pc)
-	if err == nil {
-		st, err = c.wait(r)
-		r.Release()
+	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
+	if err != nil {
+		return Status{}, c.opErr("recv", source, tag, err)
 	}
-	err = c.opErr("recv", source, tag, err)
-	if span != 0 {
-		c.traceDone(span, st, err)
-	}
-	return st, err
+	st, err := c.wait(r)
+	r.Release()
+	return st, c.opErr("recv", source, tag, err)
 }
 
 // Isend starts sending buf to rank dest with tag and returns at once. buf
@@ -72,16 +60,12 @@ func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
 	if c != nil && c.guard {
 		g = newGuard(b, pc)
 	}
-	var span uint64
 	if traceOn.Load() {
-		span = c.tracePost(tkIsend, b, dest, tag, pc)
+		return c.tracedIsend(b, dest, tag, pc, g)
 	}
 	r, err := c.start(opSend, b, dest, tag, pc)
 	q := c.request(opSend, dest, tag, r, err)
 	q.guard = g
-	if span != 0 {
-		c.traceRequest(q, span)
-	}
 	return q
 }
 
@@ -91,17 +75,11 @@ func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
 //
 //go:noinline
 func Irecv[B Buffer](c *Comm, buf B, source, tag int) *Request {
-	b, pc := describe(buf), callerPC()
-	var span uint64
 	if traceOn.Load() {
-		span = c.tracePost(tkIrecv, b, source, tag, pc)
+		return c.tracedIrecv(describe(buf), source, tag, callerPC())
 	}
-	r, err := c.start(opRecv, b, source, tag, pc)
-	q := c.request(opRecv, source, tag, r, err)
-	if span != 0 {
-		c.traceRequest(q, span)
-	}
-	return q
+	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
+	return c.request(opRecv, source, tag, r, err)
 }
 
 type opKind bool
@@ -145,17 +123,10 @@ func (c *Comm) request(op opKind, peer, tag int, r backend.Request, err error) *
 //
 //go:noinline
 func Sendrecv[S, R Buffer](c *Comm, send S, dest, sendTag int, recv R, source, recvTag int) (Status, error) {
-	pc := callerPC()
-	sb, rb := describe(send), describe(recv)
-	var span uint64
 	if traceOn.Load() {
-		span = c.traceSendrecv(sb, dest, sendTag, rb, source, recvTag, pc)
+		return c.tracedSendrecv(describe(send), dest, sendTag, describe(recv), source, recvTag, callerPC())
 	}
-	st, err := c.sendrecv(sb, dest, sendTag, rb, source, recvTag, pc)
-	if span != 0 {
-		c.traceDone(span, st, err)
-	}
-	return st, err
+	return c.sendrecv(describe(send), dest, sendTag, describe(recv), source, recvTag, callerPC())
 }
 
 // sendrecv is Sendrecv's work.
