@@ -159,4 +159,5 @@ package nccl
 // the communicator's own costs and the shared stream's rule; split_test.go
 // checks derived communicators on the fake engine; collstream_ext_test.go
 // checks the stream-ordered collectives through mp on the fake GPU and on
-// GPUs.
+// GPUs, and trace_ext_test.go the GPU times of mp's timeline
+// (COURIER_TRACE) there.
