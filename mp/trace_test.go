@@ -326,3 +326,33 @@ func TestTraceFileNames(t *testing.T) {
 	}
 	assert.True(t, strings.HasSuffix(mp.TraceFile("t", 0), ".rank0.json"))
 }
+
+// TestTraceDerived: a communicator made by Dup records into its world's
+// file, its spans naming it, and the Dup is a span of the world.
+func TestTraceDerived(t *testing.T) {
+	dir := t.TempDir()
+	mptest.Run(t, 2, func(t *testing.T, c *mp.Comm) {
+		d, err := c.Dup()
+		require.NoError(t, err)
+		defer d.Close()
+		require.True(t, d.Tracing())
+		if d.Rank() == 0 {
+			require.NoError(t, mp.Send(d, []int16{1, 2}, 1, 4))
+		} else {
+			_, err := mp.Recv(d, make([]int16, 2), 0, 4)
+			require.NoError(t, err)
+		}
+	}, mptest.WithInitOptions(mp.WithTrace(filepath.Join(dir, "d.json"))))
+	for rank, op := range []string{"Send", "Recv"} {
+		f, err := trace.ReadFile(filepath.Join(dir, "d.rank"+strconv.Itoa(rank)+".json"))
+		require.NoError(t, err)
+		dup := spansOf(f, "Dup")
+		require.Len(t, dup, 1)
+		assert.Equal(t, trace.CatColl, dup[0].Cat)
+		assert.Empty(t, dup[0].Args.Comm, "the Dup is the world's")
+		msg := spansOf(f, op)
+		require.Len(t, msg, 1)
+		assert.Equal(t, "dup 1 of world", msg[0].Args.Comm)
+		assert.Equal(t, int64(4), *msg[0].Args.Bytes)
+	}
+}
