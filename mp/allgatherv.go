@@ -36,9 +36,13 @@ func Allgatherv[B Buffer](c *Comm, send, recv B, counts []int) error {
 	if err := sameMemory(co.Send, co.Recv); err != nil {
 		return c.opErr("allgatherv", -1, -1, err)
 	}
-	c.collLock(co.Caller, uint32(co.Kind))
+	var span uint64
+	if traceOn.Load() {
+		span = c.traceColl(uint32(co.Kind), &co)
+	}
+	c.collLock(co.Caller, uint32(co.Kind), span)
 	defer c.collUnlock()
-	return c.opErr("allgatherv", -1, -1, c.runAllgatherv(co, counts))
+	return c.traceEnd(span, c.opErr("allgatherv", -1, -1, c.runAllgatherv(co, counts)))
 }
 
 // runAllgatherv is Allgatherv's part in its turn, after the checks every

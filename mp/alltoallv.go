@@ -35,9 +35,13 @@ func Alltoallv[B Buffer](c *Comm, send B, sendCounts []int, recv B, recvCounts [
 	if c == nil {
 		return c.opErr("alltoallv", -1, -1, invalidf("nil *Comm"))
 	}
-	c.collLock(co.Caller, uint32(co.Kind))
+	var span uint64
+	if traceOn.Load() {
+		span = c.traceColl(uint32(co.Kind), &co)
+	}
+	c.collLock(co.Caller, uint32(co.Kind), span)
 	defer c.collUnlock()
-	return c.opErr("alltoallv", -1, -1, c.runAlltoallv(co, sendCounts, recvCounts))
+	return c.traceEnd(span, c.opErr("alltoallv", -1, -1, c.runAlltoallv(co, sendCounts, recvCounts)))
 }
 
 // runAlltoallv is Alltoallv's part in its turn.

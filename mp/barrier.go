@@ -22,10 +22,15 @@ func Barrier(c *Comm) error {
 	if c == nil {
 		return c.opErr("barrier", -1, -1, invalidf("nil *Comm"))
 	}
-	c.collLock(callerPC(), uint32(backend.Barrier))
+	pc := callerPC()
+	var span uint64
+	if traceOn.Load() {
+		span = c.traceColl(uint32(backend.Barrier), &backend.Coll{Kind: backend.Barrier, Caller: pc})
+	}
+	c.collLock(pc, uint32(backend.Barrier), span)
 	defer c.collUnlock()
 	peer, err := c.runBarrier()
-	return c.opErr("barrier", peer, -1, err)
+	return c.traceEnd(span, c.opErr("barrier", peer, -1, err))
 }
 
 // runBarrier is Barrier's part in its turn; it returns the peer an error

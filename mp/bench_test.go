@@ -3,6 +3,7 @@ package mp_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,11 @@ func openRanks(b testing.TB, n int, backend string, opts ...mp.Option) []*mp.Com
 			defer cancel()
 			o := append([]mp.Option{mp.WithJob(jobs[i]), mp.WithBackend(backend),
 				mp.WithTimeout(time.Minute), mp.WithEnv(func(string) string { return "" })}, opts...)
+			if spec := os.Getenv("COURIER_TRACE"); spec != "" {
+				// The benchmarks measure the timeline's cost with it set
+				// (docs/benchmarks.md); the environment is otherwise not read.
+				o = append(o, mp.WithTrace(spec))
+			}
 			comms[i], errs[i] = mp.Init(ctx, o...)
 		}()
 	}

@@ -146,6 +146,11 @@ func Alltoall[B Buffer](c *Comm, send, recv B) error {
 	return c.collective(backend.Coll{Kind: backend.Alltoall, Send: describe(send), Recv: describe(recv), Caller: callerPC()})
 }
 
+// bcast is Bcast of b, called at pc.
+func (c *Comm) bcast(b backend.Buffer, root int, pc uintptr) error {
+	return c.collective(backend.Coll{Kind: backend.Bcast, Send: b, Recv: b, Root: root, Caller: pc})
+}
+
 // collective validates a collective, then runs it: locally on one rank,
 // by the transport where it can, else over point-to-point messages.
 func (c *Comm) collective(co backend.Coll) error {
@@ -157,9 +162,13 @@ func (c *Comm) collective(co backend.Coll) error {
 	if err := c.checkColl(&co); err != nil {
 		return c.opErr(name, peer, -1, err)
 	}
-	c.collLock(co.Caller, uint32(co.Kind))
+	var span uint64
+	if traceOn.Load() {
+		span = c.traceColl(uint32(co.Kind), &co)
+	}
+	c.collLock(co.Caller, uint32(co.Kind), span)
 	defer c.collUnlock()
-	return c.opErr(name, peer, -1, c.runColl(co))
+	return c.traceEnd(span, c.opErr(name, peer, -1, c.runColl(co)))
 }
 
 // checkColl validates co's arguments and normalizes them: a non-root's

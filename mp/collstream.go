@@ -126,8 +126,21 @@ func (c *Comm) collOnStream(co backend.Coll, s *cuda.Stream) (*Request, error) {
 	if err := c.checkStream(co, s); err != nil {
 		return nil, c.opErr(name, peer, -1, err)
 	}
-	c.collLock(co.Caller, uint32(co.Kind)|collNonblocking|collOnStream)
+	call := uint32(co.Kind) | collNonblocking | collOnStream
+	var span uint64
+	if traceOn.Load() {
+		if span = c.traceColl(call, &co); span != 0 {
+			c.traceOnStream(span, s.Handle())
+		}
+	}
+	c.collLock(co.Caller, call, span)
+	if span != 0 {
+		c.traceStreamStart(span, s) // in its turn: the GPU span begins where the collective is queued
+	}
 	r, err := c.runOnStream(co, s)
+	if span != 0 {
+		c.traceStreamEnd(span)
+	}
 	c.collUnlock()
 	q := &Request{c: c, op: name, peer: peer, tag: -1, coll: true, r: r}
 	switch {
@@ -135,6 +148,9 @@ func (c *Comm) collOnStream(co backend.Coll, s *cuda.Stream) (*Request, error) {
 		q.fail(err)
 	case r == nil:
 		q.done = true // it ran on the CPU, or on s as a copy
+	}
+	if span != 0 {
+		c.traceRequest(q, span)
 	}
 	return q, nil
 }

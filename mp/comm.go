@@ -68,7 +68,8 @@ type Comm struct {
 	guard       bool // COURIER_CHECK=2: send buffers checked for changes (guard.go)
 	job         backend.Job
 	env         func(string) string
-	cores       bool // Init lowered GOMAXPROCS for it (cores.go)
+	cores       bool      // Init lowered GOMAXPROCS for it (cores.go)
+	tr          *recorder // the timeline (trace.go); nil: none is recorded
 
 	// The collectives of device buffers that courier runs itself: on the
 	// device or staged (COURIER_DEVICE_COLL), and the device side's
@@ -126,8 +127,10 @@ type config struct {
 	guardOpt   *bool // WithSendBufferCheck
 	job        *bootstrap.Job
 	env        func(string) string
-	envSet     bool // WithEnv: the process environment is not read
+	envSet     bool   // WithEnv: the process environment is not read
 	devMode    devCollMode
+	trace      string // COURIER_TRACE or WithTrace: the trace's file ("": none)
+	traceSet   bool   // WithTrace
 }
 
 // WithBackend selects the backend by name ("host", "tcp", "nccl", "auto"),
@@ -247,6 +250,17 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		}
 		job.Generation = gen
 	}
+	var tr *recorder
+	if cfg.trace != "" {
+		if tr, err = openTrace(cfg.trace, job.Rank, job.Size); err != nil {
+			return fail(err)
+		}
+		defer func() {
+			if tr != nil { // Init failed
+				tr.discard()
+			}
+		}()
+	}
 	exch, err := bootstrap.Connect(ctx, job)
 	if err != nil {
 		return fail(generationHint(gen, err))
@@ -285,7 +299,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		fam:         newFamily(),
 		cores:       lowered,
 		devMode:     cfg.devMode,
+		tr:          tr,
 	}
+	tr = nil // the communicator's now
 	c.track()
 	c.setPeerAnswer()
 	return c, nil
@@ -318,6 +334,9 @@ var _ backend.Exchanger = bootstrap.Exchanger(nil)
 func (c *config) fromEnv() error {
 	if c.backend == "" {
 		c.backend = strings.TrimSpace(c.env("COURIER_BACKEND"))
+	}
+	if !c.traceSet {
+		c.trace = strings.TrimSpace(c.env(traceEnv))
 	}
 	if !c.timeoutSet {
 		d, err := timeoutFromEnv(c.env)
@@ -504,6 +523,9 @@ func (c *Comm) Close() error {
 			if c.cores {
 				releaseCores()
 			}
+			if c.tr != nil {
+				err = errors.Join(err, c.tr.write(c.backendName, true))
+			}
 		}
 		c.closeErr = c.opErr("close", -1, -1, err)
 	})
@@ -523,6 +545,9 @@ func (c *Comm) Abort(err error) {
 		err = errors.New("aborted by the program")
 	}
 	c.conn.Abort(fmt.Errorf("%w: %w", ErrAborted, err))
+	if c.tr != nil {
+		c.tr.write(c.backendName, false) // what led here, should the program not reach Close; Close writes it again
+	}
 }
 
 // unreceived is Close's check: with checks on, an error listing the

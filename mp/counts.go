@@ -126,9 +126,13 @@ func (c *Comm) rootedV(co backend.Coll, counts []int) error {
 	if co.Root < 0 || co.Root >= c.size {
 		return c.opErr(name, co.Root, -1, invalidf("root %d is not in [0, %d)", co.Root, c.size))
 	}
-	c.collLock(co.Caller, uint32(co.Kind))
+	var span uint64
+	if traceOn.Load() {
+		span = c.traceColl(uint32(co.Kind), &co)
+	}
+	c.collLock(co.Caller, uint32(co.Kind), span)
 	defer c.collUnlock()
-	return c.opErr(name, co.Root, -1, c.runRootedV(co, counts))
+	return c.traceEnd(span, c.opErr(name, co.Root, -1, c.runRootedV(co, counts)))
 }
 
 // runRootedV is rootedV's part in its turn.

@@ -212,4 +212,18 @@
 // and the scratch memory stay on the GPU. Elsewhere, or with
 // COURIER_DEVICE_COLL=staged, device buffers are staged through host
 // memory, once each way.
+//
+// # Timeline
+//
+// With COURIER_TRACE=FILE (or WithTrace), every rank records a span for
+// each message call and each collective it makes (its peer, tag, bytes,
+// when it was called and when it completed, the line that called it),
+// and the spans the program marks itself with Comm.Trace and
+// Comm.TraceOnStream; the world's Close writes them to the rank's file as
+// Chrome trace-event JSON, for Perfetto or chrome://tracing, and courier
+// trace merges the ranks' files onto one clock and draws them. Spans on a
+// stream (the …OnStream calls, TraceOnStream) are timed by CUDA events on
+// the GPU. A rank keeps its newest 131,072 spans. Without the variable
+// nothing is recorded, each call's test costs one branch, and nothing is
+// allocated. See docs/trace.md.
 package mp

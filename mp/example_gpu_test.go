@@ -129,3 +129,45 @@ func ExampleIallreduceOnStream() {
 		log.Fatal(err)
 	}
 }
+
+// A kernel timed on the GPU beside the messages on its stream, on the
+// rank's timeline: TraceOnStream's span covers the work queued on the
+// stream until End, and the stream-ordered send after it is timed the
+// same way. (Not run here: it needs GPUs, a launcher, e.g. mpirun -np 2
+// with COURIER_BACKEND=nccl, and COURIER_TRACE=FILE.)
+func ExampleComm_TraceOnStream() {
+	comm, err := mp.Init(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer comm.Close() // writes the timeline
+	dev, err := comm.Device()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := cuda.NewStream(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Destroy()
+	x, err := cuda.Alloc[float32](dev, 1<<20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer x.Free()
+	span := comm.TraceOnStream("fill", s)
+	if err := cuda.MemsetAsync(x, 0, s); err != nil { // a kernel's place
+		log.Fatal(err)
+	}
+	span.End()
+	var req *mp.Request
+	switch comm.Rank() {
+	case 0:
+		req = mp.IsendOnStream(comm, x, 1, 0, s) // on s's track after the fill
+	case 1:
+		req = mp.IrecvOnStream(comm, x, 0, 0, s)
+	}
+	if err := mp.WaitAll(req); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,8 +1,11 @@
 package mp_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/courier-mp/courier/mp"
 	"github.com/courier-mp/courier/mp/mptest"
@@ -418,4 +421,55 @@ func ExampleOpError_LostRank() {
 	// Output:
 	// lost rank 2 - receiving again
 	// result 42 from rank 1
+}
+
+// Each rank marks its own compute on its timeline, beside the collective
+// that follows it, and writes the timeline at Close. A program records
+// one by running with COURIER_TRACE=FILE; mp.WithTrace sets the file
+// here, as a test does (the ranks are goroutines of this process). The
+// spans are read back from rank 0's file: `courier trace` merges the
+// ranks' files and draws them, and Perfetto opens them.
+func ExampleComm_Trace() {
+	dir, err := os.MkdirTemp("", "courier-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	err = mptest.Go(2, func(comm *mp.Comm) error {
+		grad := make([]float64, 1024)
+		span := comm.Trace("backward") // without a timeline: nothing, allocating nothing
+		for i := range grad {
+			grad[i] = float64(comm.Rank() + i)
+		}
+		span.End()
+		return mp.Allreduce(comm, grad, grad, mp.Sum)
+	}, mptest.WithInitOptions(mp.WithTrace(filepath.Join(dir, "step.json"))))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "step.rank0.json")) // FILE less .json, then .rank<r>.json
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var file struct {
+		TraceEvents []struct {
+			Name, Cat, Ph string
+			Args          struct{ Bytes int64 }
+		}
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, e := range file.TraceEvents {
+		if e.Ph == "X" { // a span
+			fmt.Println(e.Name, e.Cat, e.Args.Bytes)
+		}
+	}
+	// Output:
+	// backward user 0
+	// Allreduce coll 8192
 }

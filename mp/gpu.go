@@ -100,7 +100,11 @@ func (q *Request) WaitOn(s *cuda.Stream) error {
 //
 //go:noinline
 func IsendOnStream[B DeviceBuffer](c *Comm, buf B, dest, tag int, s *cuda.Stream) *Request {
-	return c.onStream(opSend, describe(buf), dest, tag, s, callerPC())
+	b, pc := describe(buf), callerPC()
+	if traceOn.Load() {
+		return c.tracedOnStream(tkIsendOnStream, b, dest, tag, s, pc)
+	}
+	return c.onStream(opSend, b, dest, tag, s, pc, 0)
 }
 
 // IrecvOnStream receives into buf, a device buffer, ordered on the CUDA
@@ -112,11 +116,40 @@ func IsendOnStream[B DeviceBuffer](c *Comm, buf B, dest, tag int, s *cuda.Stream
 //
 //go:noinline
 func IrecvOnStream[B DeviceBuffer](c *Comm, buf B, source, tag int, s *cuda.Stream) *Request {
-	return c.onStream(opRecv, describe(buf), source, tag, s, callerPC())
+	b, pc := describe(buf), callerPC()
+	if traceOn.Load() {
+		return c.tracedOnStream(tkIrecvOnStream, b, source, tag, s, pc)
+	}
+	return c.onStream(opRecv, b, source, tag, s, pc, 0)
 }
 
-// onStream implements IsendOnStream and IrecvOnStream.
-func (c *Comm) onStream(op opKind, b backend.Buffer, peer, tag int, s *cuda.Stream, pc uintptr) *Request {
+// tracedOnStream is onStream with its span on the timeline (when c
+// records one), on the track of s.
+func (c *Comm) tracedOnStream(kind traceKind, b backend.Buffer, peer, tag int, s *cuda.Stream, pc uintptr) *Request {
+	op := opSend
+	if kind == tkIrecvOnStream {
+		op = opRecv
+	}
+	span := c.tracePost(kind, b, peer, tag, pc)
+	live := span != 0 && s != nil && s.Handle() != 0
+	if live {
+		c.traceOnStream(span, s.Handle())
+		c.traceStreamStart(span, s)
+	}
+	q := c.onStream(op, b, peer, tag, s, pc, span)
+	if live {
+		c.traceStreamEnd(span)
+	}
+	if span != 0 && q.tseq == 0 {
+		c.traceRequest(q, span)
+	}
+	return q
+}
+
+// onStream implements IsendOnStream and IrecvOnStream; span is the
+// operation's on the timeline (0: none), which its request's completion
+// ends.
+func (c *Comm) onStream(op opKind, b backend.Buffer, peer, tag int, s *cuda.Stream, pc uintptr, span uint64) *Request {
 	if err := c.checkPeer(peer, tag, op == opRecv); err != nil {
 		return c.request(op, peer, tag, nil, err)
 	}
@@ -144,6 +177,7 @@ func (c *Comm) onStream(op opKind, b backend.Buffer, peer, tag int, s *cuda.Stre
 	r, err := c.start(op, b, peer, tag, pc)
 	q := c.request(op, peer, tag, r, err)
 	if err == nil {
+		q.tseq = span
 		q.Wait()
 	}
 	return q

@@ -165,13 +165,18 @@ func (o *collOrder) await(t uint64) {
 // collLock waits for the turn of a blocking collective started now (behind
 // every collective started before it, blocking or not); pc is the
 // program's call, which its messages report.
-func (c *Comm) collLock(pc uintptr, call uint32) {
+// span is the collective's on the timeline (0: none), which notes when
+// its turn came.
+func (c *Comm) collLock(pc uintptr, call uint32, span uint64) {
 	o := &c.order
 	o.mu.Lock()
 	o.await(o.take())
 	o.mu.Unlock()
 	c.collPC = pc
 	c.collCall.Store(call)
+	if span != 0 {
+		c.traceTurn(span)
+	}
 }
 
 // collUnlock ends the turn of the collective holding it.
@@ -190,6 +195,7 @@ type collJob struct {
 	ticket uint64
 	done   chan struct{} // closed when err is set
 	err    error
+	span   uint64 // on the timeline (trace.go); 0: none
 }
 
 // Test reports whether the collective has completed.
@@ -235,11 +241,14 @@ func (c *Comm) startColl(co backend.Coll, peer int) (*Request, error) {
 	name := icollName(co.Kind)
 	o := &c.order
 	j := &collJob{co: co}
+	if traceOn.Load() {
+		j.span = c.traceColl(uint32(co.Kind)|collNonblocking, &co)
+	}
 	req := &Request{c: c, op: name, peer: peer, tag: -1, coll: true}
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
-		return nil, c.opErr(name, peer, -1, fmt.Errorf("%w: the communicator is closed", ErrClosed))
+		return nil, c.traceEnd(j.span, c.opErr(name, peer, -1, fmt.Errorf("%w: the communicator is closed", ErrClosed)))
 	}
 	j.ticket = o.take()
 	o.queue = append(o.queue, j)
@@ -278,7 +287,13 @@ func (c *Comm) collWorker() {
 		} else {
 			c.collPC = j.co.Caller
 			c.collCall.Store(uint32(j.co.Kind) | collNonblocking)
+			if j.span != 0 {
+				c.traceTurn(j.span)
+			}
 			err = c.runJob(j.co)
+		}
+		if j.span != 0 {
+			c.traceDone(j.span, Status{}, err)
 		}
 		j.err = err
 		close(j.done)

@@ -18,6 +18,9 @@ import (
 //
 //go:noinline
 func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
+	if traceOn.Load() {
+		return c.tracedSend(describe(buf), dest, tag, callerPC())
+	}
 	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
 	if err == nil {
 		_, err = c.wait(r)
@@ -33,6 +36,9 @@ func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
 //
 //go:noinline
 func Recv[B Buffer](c *Comm, buf B, source, tag int) (Status, error) {
+	if traceOn.Load() {
+		return c.tracedRecv(describe(buf), source, tag, callerPC())
+	}
 	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
 	if err != nil {
 		return Status{}, c.opErr("recv", source, tag, err)
@@ -54,6 +60,9 @@ func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
 	if c != nil && c.guard {
 		g = newGuard(b, pc)
 	}
+	if traceOn.Load() {
+		return c.tracedIsend(b, dest, tag, pc, g)
+	}
 	r, err := c.start(opSend, b, dest, tag, pc)
 	q := c.request(opSend, dest, tag, r, err)
 	q.guard = g
@@ -66,6 +75,9 @@ func Isend[B Buffer](c *Comm, buf B, dest, tag int) *Request {
 //
 //go:noinline
 func Irecv[B Buffer](c *Comm, buf B, source, tag int) *Request {
+	if traceOn.Load() {
+		return c.tracedIrecv(describe(buf), source, tag, callerPC())
+	}
 	r, err := c.start(opRecv, describe(buf), source, tag, callerPC())
 	return c.request(opRecv, source, tag, r, err)
 }
@@ -111,15 +123,22 @@ func (c *Comm) request(op opKind, peer, tag int, r backend.Request, err error) *
 //
 //go:noinline
 func Sendrecv[S, R Buffer](c *Comm, send S, dest, sendTag int, recv R, source, recvTag int) (Status, error) {
+	if traceOn.Load() {
+		return c.tracedSendrecv(describe(send), dest, sendTag, describe(recv), source, recvTag, callerPC())
+	}
+	return c.sendrecv(describe(send), dest, sendTag, describe(recv), source, recvTag, callerPC())
+}
+
+// sendrecv is Sendrecv's work.
+func (c *Comm) sendrecv(send backend.Buffer, dest, sendTag int, recv backend.Buffer, source, recvTag int, pc uintptr) (Status, error) {
 	if err := c.checkPeer(dest, sendTag, false); err != nil {
 		return Status{}, c.opErr("send", dest, sendTag, err)
 	}
-	pc := callerPC()
-	rr, err := c.start(opRecv, describe(recv), source, recvTag, pc)
+	rr, err := c.start(opRecv, recv, source, recvTag, pc)
 	if err != nil {
 		return Status{}, c.opErr("recv", source, recvTag, err)
 	}
-	sr, serr := c.conn.Isend(describe(send), dest, sendTag, pc)
+	sr, serr := c.conn.Isend(send, dest, sendTag, pc)
 	if serr == nil {
 		_, serr = c.wait(sr)
 		sr.Release()

@@ -155,13 +155,24 @@ func describeArrived(m backend.OpInfo) string {
 // callSite says where the program made the call at pc: " (called at
 // file:line in function)", or "" when pc is unknown.
 func callSite(pc uintptr) string {
-	if pc == 0 {
+	file, line, fn, ok := callerOf(pc)
+	if !ok {
 		return ""
+	}
+	return fmt.Sprintf(" (called at %s:%d in %s)", file, line, fn)
+}
+
+// callerOf is where the program made the call at pc (callerPC's): the
+// file, line and function; ok is false when pc is unknown. The reports
+// and the trace's spans (trace.go) both say it so.
+func callerOf(pc uintptr) (file string, line int, fn string, ok bool) {
+	if pc == 0 {
+		return "", 0, "", false
 	}
 	f := runtime.FuncForPC(pc - 1)
 	if f == nil {
-		return ""
+		return "", 0, "", false
 	}
-	file, line := f.FileLine(pc - 1)
-	return fmt.Sprintf(" (called at %s:%d in %s)", file, line, f.Name())
+	file, line = f.FileLine(pc - 1)
+	return file, line, f.Name(), true
 }

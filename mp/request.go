@@ -34,6 +34,7 @@ type Request struct {
 	st       Status
 	err      error
 	guard    *bufGuard // COURIER_CHECK=2: the send buffer's checksums at post (guard.go)
+	tseq     uint64    // its span on the timeline (trace.go); 0: none
 }
 
 // fail completes a request that never reached the transport.
@@ -68,6 +69,9 @@ func (q *Request) settle(completed bool, st Status, err error) {
 		}
 		q.guard = nil
 		q.err = q.c.opErr(q.op, q.peer, q.tag, err)
+		if q.tseq != 0 {
+			q.c.traceDone(q.tseq, st, q.err)
+		}
 	}
 	var rel backend.Request
 	if q.done && q.users == 0 && q.r != nil {

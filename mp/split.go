@@ -245,6 +245,7 @@ func (c *Comm) child(conn backend.Conn, members []int, id uint32, name string) *
 		name:        name,
 		parent:      c,
 		fam:         c.fam,
+		tr:          c.tr,
 	}
 	c.fam.opened(d)
 	d.track()
@@ -258,9 +259,13 @@ func (c *Comm) allgatherLocked(mine, all []int64, pc uintptr, call uint32) error
 	if err := c.checkColl(&co); err != nil {
 		return err
 	}
-	c.collLock(pc, call)
+	var span uint64
+	if traceOn.Load() {
+		span = c.traceColl(call, &co)
+	}
+	c.collLock(pc, call, span)
 	defer c.collUnlock()
-	return c.runColl(co)
+	return c.traceEnd(span, c.runColl(co))
 }
 
 // Name names the communicator in errors and reports: "world" for the one

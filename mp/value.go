@@ -65,6 +65,16 @@ func decodeValue[T any](enc []byte, from int) (T, error) {
 func SendValue[T any](c *Comm, v T, dest, tag int) error {
 	pc := callerPC()
 	enc, encErr := encodeValue(&v)
+	var span uint64
+	if traceOn.Load() {
+		span = c.tracePost(tkSendValue, describe(enc), dest, tag, pc)
+	}
+	return c.traceEnd(span, c.sendValue(enc, encErr, dest, tag, pc))
+}
+
+// sendValue is SendValue's part once the value is encoded (enc, or
+// encErr).
+func (c *Comm) sendValue(enc []byte, encErr error, dest, tag int, pc uintptr) error {
 	hdr := []int64{int64(len(enc))}
 	if encErr != nil {
 		hdr[0] = -1
@@ -106,7 +116,26 @@ func SendValue[T any](c *Comm, v T, dest, tag int) error {
 //go:noinline
 func RecvValue[T any](c *Comm, source, tag int) (T, Status, error) {
 	pc := callerPC()
+	var span uint64
+	if traceOn.Load() {
+		span = c.tracePost(tkRecvValue, backend.Buffer{Type: backend.Uint8}, source, tag, pc)
+	}
 	var zero T
+	enc, st, err := c.recvValue(source, tag, pc)
+	if span != 0 {
+		c.traceDone(span, st, err)
+	}
+	if err != nil {
+		return zero, st, err
+	}
+	v, err := decodeValue[T](enc, st.Source)
+	return v, st, c.opErr("recv", st.Source, st.Tag, err)
+}
+
+// recvValue is RecvValue's part until the value is decoded: its
+// encoding, and the status of its message (Count the encoding's bytes).
+func (c *Comm) recvValue(source, tag int, pc uintptr) ([]byte, Status, error) {
+	var zero []byte
 	hdr := make([]int64, 1)
 	hr, err := c.start(opRecv, describe(hdr), source, tag, pc)
 	if err != nil {
@@ -141,8 +170,7 @@ func RecvValue[T any](c *Comm, source, tag int) (T, Status, error) {
 	if err != nil {
 		return zero, st, c.opErr("recv", st.Source, st.Tag, err)
 	}
-	v, err := decodeValue[T](enc, st.Source)
-	return v, st, c.opErr("recv", st.Source, st.Tag, err)
+	return enc, st, nil
 }
 
 // BcastValue sends root's *v to every other rank, which gets it decoded
@@ -157,6 +185,7 @@ func RecvValue[T any](c *Comm, source, tag int) (T, Status, error) {
 //
 //go:noinline
 func BcastValue[T any](c *Comm, v *T, root int) error {
+	pc := callerPC() // the two Bcasts report the program's call, in reports and on the timeline
 	if c == nil {
 		return c.opErr("bcastvalue", root, -1, invalidf("nil *Comm"))
 	}
@@ -178,7 +207,7 @@ func BcastValue[T any](c *Comm, v *T, root int) error {
 			hdr[0] = -1
 		}
 	}
-	if err := Bcast(c, hdr, root); err != nil {
+	if err := c.bcast(describe(hdr), root, pc); err != nil {
 		return err
 	}
 	n := hdr[0]
@@ -191,7 +220,7 @@ func BcastValue[T any](c *Comm, v *T, root int) error {
 	if c.rank != root {
 		enc = make([]byte, n)
 	}
-	if err := Bcast(c, enc, root); err != nil {
+	if err := c.bcast(describe(enc), root, pc); err != nil {
 		return err
 	}
 	if c.rank == root || bad != nil {

@@ -167,4 +167,5 @@ package nccl
 // host's on GPUs (and, in devcoll_fakegpu_test.go, the fake's twins of
 // them), and devcoll_ext_test.go mp's collectives of device buffers on
 // ranks that share the fake GPU: on the device, no copy through host
-// memory.
+// memory; trace_ext_test.go checks the GPU times of mp's timeline
+// (COURIER_TRACE) on the fake GPU and on GPUs.

@@ -1,6 +1,7 @@
 package nccl_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/courier-mp/courier/internal/ranktest"
@@ -35,8 +36,18 @@ func BenchmarkSendRecvOverhead(b *testing.B) {
 			}
 		}
 		return nil
-	}, mp.WithBackend("nccl-null"))
+	}, overheadOptions()...)
 	if err != nil {
 		b.Fatal(err)
 	}
+}
+
+// overheadOptions are the ranks' options: the null engine, and the
+// timeline when COURIER_TRACE is set (its cost, docs/benchmarks.md).
+func overheadOptions() []mp.Option {
+	opts := []mp.Option{mp.WithBackend("nccl-null")}
+	if spec := os.Getenv("COURIER_TRACE"); spec != "" {
+		opts = append(opts, mp.WithTrace(spec))
+	}
+	return opts
 }

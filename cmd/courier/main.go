@@ -1,6 +1,7 @@
 // Command courier is courier's command line: it runs a program as a local
-// multi-rank job (courier run), and will report what this machine offers
-// and measure the transports.
+// multi-rank job (courier run), reports what this machine offers (courier
+// info), measures the transports (courier bench, courier plot), and
+// merges and draws the ranks' timelines (courier trace).
 //
 // Usage:
 //
@@ -67,6 +68,7 @@ func commands() map[string]command {
 		"info":    {"show what this machine offers: launcher, backends, GPUs, NCCL", (*app).info},
 		"plot":    {"draw and tabulate courier bench and MPI runs from their JSON files", (*app).plot},
 		"run":     {"run a program as N ranks on this machine", (*app).runJob},
+		"trace":   {"merge the ranks' timelines (COURIER_TRACE) and draw them", (*app).traceCmd},
 		"version": {"print courier's version", (*app).version},
 	}
 }
@@ -130,6 +132,9 @@ func (a *app) help(args []string) int {
 			return 0
 		case "plot":
 			io.WriteString(a.stdout, plotUsage)
+			return 0
+		case "trace":
+			io.WriteString(a.stdout, traceUsage)
 			return 0
 		case "help", "version":
 			fmt.Fprintf(a.stdout, "usage: courier %s\n\n%s.\n", args[0], commands()[args[0]].summary)

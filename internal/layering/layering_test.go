@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"internal/launch":    {"internal/waitgraph"},
 	"internal/shm":       nil, // shared memory, rings, doorbells, single copy: the OS shim of backend/shm
 	"internal/waitgraph": nil, // the wait-for graph of a hung job, for courier run and mp's timeout
+	"internal/trace":     nil, // the timeline's file format: mp writes it, courier trace reads it
 
 	// The bottom of the house: the CUDA loader and the backend contract
 	// import only the sentinels' leaf.
@@ -65,7 +66,7 @@ var allowed = map[string][]string{
 	"backend/nccl": {"backend", "backend/tcp", "cuda", "internal/auth", "internal/errs", "internal/netaddr"},
 
 	// What users import.
-	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/devreduce", "internal/errs", "internal/reduce", "internal/waitgraph"},
+	"mp": {"backend", "backend/nccl", "backend/tcp", "bootstrap", "cuda", "internal/devreduce", "internal/errs", "internal/reduce", "internal/trace", "internal/waitgraph"},
 
 	// On top: the test harnesses, the benchmarks, the command, the
 	// examples, and the test helpers.
@@ -76,7 +77,7 @@ var allowed = map[string][]string{
 	"internal/conformance/inproc":   nil, // tests only
 	"internal/bench":                {"cuda", "mp"},
 	"internal/bench/chart":          {"internal/bench"},
-	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "mp"},
+	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "internal/trace", "mp"},
 	"examples/...":                  {"cuda", "mp"},
 	"internal/campaign":             {"internal/conformance/proctest", "mp"}, // the kill campaign
 	"internal/faultproxy":           {"internal/engine"},                     // a relay for tests that alters courier's frames
@@ -103,7 +104,7 @@ var testOnly = map[string][]string{
 	"internal/launch": {"internal/leakcheck"},
 	"backend/nccl": {
 		"bootstrap", // the GPU tests' job (bootstrap.Detect)
-		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp",
+		"internal/bench", "internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "internal/trace", "mp",
 		"internal/devreduce", "internal/reduce", // the device kernels against the host's, on the fake GPU and on GPUs
 	},
 	"mp":                            {"internal/conformance", "internal/leakcheck", "internal/ranktest", "internal/testscope", "mp/mptest"},
@@ -115,7 +116,7 @@ var testOnly = map[string][]string{
 	"examples/seed/...":             {"internal/exampletest"},
 	"internal/faultproxy":           {"internal/leakcheck"},
 	"internal/campaign":             {"internal/leakcheck", "mp/mptest"},
-	"cmd/courier":                   {"internal/leakcheck"}, // what a killed job leaves (LeftByJob)
+	"cmd/courier":                   {"internal/leakcheck", "mp/mptest"}, // what a killed job leaves (LeftByJob); the ranks whose traces courier trace merges
 }
 
 // external is what outside the standard library and the module a

@@ -293,6 +293,7 @@ struct event {
 	int dev;
 	unsigned long rec;  // records queued so far
 	unsigned long done; // the last record that has run
+	double at_ms;       // when it ran (CLOCK_MONOTONIC): the fake GPU's time, for cuEventElapsedTime
 };
 
 #define STREAM_MAGIC 0x73747265
@@ -732,7 +733,12 @@ static void advance(void) {
 				if (w->kind == W_COPY) {
 					memmove(w->dst, w->src, w->n);
 				} else if (w->kind == W_RECORD) {
-					if (w->seq > w->ev->done) w->ev->done = w->seq;
+					if (w->seq > w->ev->done) {
+						w->ev->done = w->seq;
+						struct timespec ts;
+						clock_gettime(CLOCK_MONOTONIC, &ts);
+						w->ev->at_ms = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+					}
 				} else if (w->kind == W_WAIT) {
 					if (w->ev->done < w->seq) break;
 				} else if (w->kind == W_WRITE64) {
@@ -1415,9 +1421,21 @@ CUresult cuEventSynchronize(struct event *e) {
 	return r == CU_NOT_READY ? CU_LAUNCH_TIMEOUT : r;
 }
 
+// cuEventElapsedTime: the time between the runs of the two records (the
+// fake's streams run when the driver is called, so its times are those of
+// the calls that ran them: in order on a stream, as a GPU's are).
 CUresult cuEventElapsedTime(float *ms, struct event *a, struct event *b) {
-	(void)a, (void)b;
-	*ms = 0;
+	CUresult r = need_ctx();
+	if (r) return r;
+	if (a == NULL || a->magic != EVENT_MAGIC || b == NULL || b->magic != EVENT_MAGIC) return CU_INVALID_HANDLE;
+	LOCK();
+	advance();
+	if (a->rec == 0 || b->rec == 0 || a->done < a->rec || b->done < b->rec) {
+		UNLOCK();
+		return CU_NOT_READY;
+	}
+	*ms = (float)(b->at_ms - a->at_ms);
+	UNLOCK();
 	return CU_OK;
 }
 
