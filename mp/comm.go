@@ -127,7 +127,7 @@ type config struct {
 	guardOpt   *bool // WithSendBufferCheck
 	job        *bootstrap.Job
 	env        func(string) string
-	envSet     bool   // WithEnv: the process environment is not read
+	envSet     bool // WithEnv: the process environment is not read
 	devMode    devCollMode
 	trace      string // COURIER_TRACE or WithTrace: the trace's file ("": none)
 	traceSet   bool   // WithTrace
