@@ -161,7 +161,9 @@ func ExportIPC(d Device, p uintptr, n int64) (IPCRegion, error) {
 func (m *memTable) exported(p uintptr, bytes int64) (id uint64, h IPCHandle, known bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if b, ok := m.device[p]; !ok || b != bytes {
+	// bytes is the driver's size: what Alloc asked for, rounded up when
+	// allocations were being shared (ShareAllocations).
+	if b, ok := m.device[p]; !ok || b > bytes {
 		return 0, IPCHandle{}, false
 	}
 	h, known = m.export[p]

@@ -175,3 +175,39 @@ func TestExportIPC(t *testing.T) {
 		}
 	})
 }
+
+// While allocations are shared (ShareAllocations), each is a whole number
+// of IPC blocks, so that exporting it exports no neighbour; the Slice
+// keeps its length, frees as usual, and the rounding ends with end.
+func TestShareAllocations(t *testing.T) {
+	eachDriver(t, 1, func(t *testing.T) {
+		end := ShareAllocations()
+		inner := ShareAllocations()
+		s, err := Alloc[uint32](0, 25)
+		noErr(t, err)
+		inner()
+		inner() // a second call of one end does nothing
+		big, err := Alloc[byte](0, IPCGranularity+1)
+		noErr(t, err)
+		end()
+		plain, err := Alloc[uint32](0, 25)
+		noErr(t, err)
+		for _, c := range []struct {
+			p    uintptr
+			n    int64
+			want int64
+		}{{s.Ptr(), 100, IPCGranularity}, {big.Ptr(), IPCGranularity + 1, 2 * IPCGranularity}, {plain.Ptr(), 100, 100}} {
+			r, err := ExportIPC(0, c.p, c.n)
+			noErr(t, err)
+			if r.Size != c.want || r.Offset != 0 {
+				t.Errorf("an allocation of %d bytes is exported as %d at offset %d, want %d", c.n, r.Size, r.Offset, c.want)
+			}
+		}
+		if s.Len() != 25 || big.Len() != IPCGranularity+1 {
+			t.Errorf("lengths %d and %d, want 25 and %d", s.Len(), big.Len(), IPCGranularity+1)
+		}
+		noErr(t, s.Free())
+		noErr(t, big.Free())
+		noErr(t, plain.Free())
+	})
+}

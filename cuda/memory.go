@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Elem is the constraint on element types of device and pinned memory:
@@ -64,12 +65,43 @@ func Alloc[T Elem](d Device, n int64) (Slice[T], error) {
 	if err != nil {
 		return Slice[T]{}, err
 	}
-	p, err := l.drv.memAlloc(ctx, n*size)
+	p, err := l.drv.memAlloc(ctx, shareableSize(n*size))
 	if err != nil {
 		return Slice[T]{}, err
 	}
 	l.mem.addDevice(p, n*size)
 	return Slice[T]{ptr: p, n: n, dev: d}, nil
+}
+
+// IPCGranularity is the size of the blocks the CUDA driver shares through
+// IPC: an allocation smaller than a whole number of them may be carved out
+// of a block it shares with other allocations, and exporting it exports
+// the whole block (so another process could read its neighbours, and a
+// process that has opened one allocation of a block cannot open another:
+// CUDA_ERROR_ALREADY_MAPPED).
+const IPCGranularity = 2 << 20
+
+// sharing counts the callers of ShareAllocations that have not ended.
+var sharing atomic.Int32
+
+// ShareAllocations makes [Alloc] round every allocation up to a whole
+// number of [IPCGranularity] bytes, so that each can be exported
+// ([ExportIPC]) alone, until end is called (calls nest: the rounding
+// lasts while any has not ended). The Slice keeps the length asked for.
+// A transport that passes device memory to other processes calls it while
+// it may; allocations made before keep their size.
+func ShareAllocations() (end func()) {
+	sharing.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { sharing.Add(-1) }) }
+}
+
+// shareableSize is the size Alloc asks the driver for, for n bytes.
+func shareableSize(n int64) int64 {
+	if sharing.Load() == 0 || n > math.MaxInt64-IPCGranularity {
+		return n
+	}
+	return (n + IPCGranularity - 1) / IPCGranularity * IPCGranularity
 }
 
 // Free releases memory that [Alloc] returned (cuMemFree). Work queued on

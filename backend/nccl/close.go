@@ -47,6 +47,9 @@ func (c *conn) Close() error {
 		}
 		c.wg.Wait()
 		if c.ipc != nil {
+			if c.ipc.endShare != nil {
+				c.ipc.endShare()
+			}
 			if c.ipc.stopWatch != nil {
 				c.ipc.stopWatch()
 			}

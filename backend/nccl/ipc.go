@@ -280,8 +280,9 @@ type ipcReq struct {
 type ipcPath struct {
 	mem   ipcMem
 	peers []*ipcPeer
-	// stopWatch ends the watch of frees (cuda.WatchFrees; nil: none).
-	stopWatch func()
+	// stopWatch ends the watch of frees (cuda.WatchFrees; nil: none), and
+	// endShare the rounding of allocations (cuda.ShareAllocations).
+	stopWatch, endShare func()
 	// pumpers counts the goroutines waiting for the path's requests,
 	// which run its stages (pumpIPC): while there are any, work for the
 	// sending and copying stages wakes no goroutine (wake), and the last
@@ -382,6 +383,10 @@ func (c *conn) startIPC() {
 	}
 	if _, ok := c.ipc.mem.(*cudaIPC); ok {
 		c.ipc.stopWatch = cuda.WatchFrees(c.ipcFreed)
+		// Each allocation a block of its own: a region given to a peer
+		// exports its whole block, and a peer that has opened one
+		// allocation of a block cannot open another of it.
+		c.ipc.endShare = cuda.ShareAllocations()
 	}
 	for _, ip := range c.ipc.peers {
 		if ip == nil {
