@@ -303,7 +303,7 @@ func (c *Comm) runAgreed(co backend.Coll) error {
 			return err
 		}
 	}
-	if isDevice(co.Send, co.Recv) && !c.onDevice() {
+	if isDevice(co.Send, co.Recv) && !c.onDeviceFor(co) {
 		return c.stagedColl(co)
 	}
 	return c.p2pColl(co) // host memory, or device memory on the device (colldevice.go)
@@ -330,7 +330,7 @@ func (c *Comm) agree(co backend.Coll) error {
 	desc, gathered := s.buf(0, backend.Int64, 5), s.buf(5*8, backend.Int64, int64(5*c.size))
 	mine := view[int64](desc)
 	typ := int64(co.Send.Type)
-	if isDevice(co.Send, co.Recv) && c.onDevice() {
+	if isDevice(co.Send, co.Recv) && c.onDeviceFor(co) {
 		// Its messages are device memory (colldevice.go): a rank whose
 		// are host memory would never meet them.
 		typ |= onDeviceFlag

@@ -72,6 +72,36 @@ func (c *Comm) onDevice() bool {
 	return ok && d.DeviceDirect()
 }
 
+// deviceCollFrom is the size (a rank's block: its send buffer, Scatter's
+// receive buffer) from which, unless deviceCollEnv says otherwise, a
+// collective of device buffers runs on the device rather than staged
+// through host memory. Measured on an H200 with 2 ranks on its GPU
+// (docs/benchmarks.md, "Collectives of device buffers on the GPU"): each
+// message on the device costs a copy and a synchronization on the GPU the
+// ranks time-share, some 500 µs an Allreduce, Allgather or ReduceScatter
+// up to 256 KiB, where staging took 180-560 µs; from 1 MiB the device
+// won (790 µs against 1,210-1,330 at 1 MiB, 1,100 against 127,000 at 128
+// MiB). A Bcast was faster on the device at every size (18 µs against
+// 274 at 8 bytes).
+const deviceCollFrom = 512 << 10
+
+// onDeviceFor is onDevice for collective co (not a v-form): where the
+// mode is auto, a Bcast on the device at any size, the others from
+// deviceCollFrom. Every rank decides alike (the sizes it looks at agree).
+func (c *Comm) onDeviceFor(co backend.Coll) bool {
+	if !c.onDevice() {
+		return false
+	}
+	if c.devMode == devCollDirect || co.Kind == backend.Bcast {
+		return true
+	}
+	n := co.Send.Len()
+	if co.Kind == backend.Scatter {
+		n = co.Recv.Len()
+	}
+	return n >= deviceCollFrom
+}
+
 // isDevice reports whether a collective's buffers lie in device memory.
 func isDevice(send, recv backend.Buffer) bool {
 	return send.Mem == backend.Device || recv.Mem == backend.Device

@@ -419,7 +419,7 @@ func TestGPUIPCCollectives(t *testing.T) {
 		t.Skipf("needs 2 or more ranks sharing a GPU (mpirun -np 2 -x %s=0), this is a job of %d", nccl.DeviceEnv, job.Size)
 	}
 	job.Generation = 61 // a rendezvous of its own (the other tests' use others)
-	for _, mode := range []string{"", "staged"} {
+	for _, mode := range []string{"direct", "staged", ""} {
 		t.Run(fmt.Sprintf("mode=%q", mode), func(t *testing.T) {
 			job.Generation++
 			env := func(k string) string {
@@ -440,7 +440,7 @@ func TestGPUIPCCollectives(t *testing.T) {
 					t.Skipf("rank %d is reached over %q: the ranks do not share a GPU (start them with %s=0)", p, c.Transport(p), nccl.DeviceEnv)
 				}
 			}
-			if err := deviceCollectives(c, mode == "staged", false); err != nil {
+			if err := deviceCollectives(c, mode == "staged", false); err != nil { // auto: by size
 				t.Error(err)
 			}
 		})
@@ -458,7 +458,7 @@ func TestFakeGPUChildIPCCollectives(t *testing.T) {
 		for _, run := range []struct {
 			mode  string
 			check bool
-		}{{"", false}, {"", true}, {"staged", false}} {
+		}{{"direct", false}, {"direct", true}, {"staged", false}, {"", false}} {
 			env := func(k string) string {
 				if k == "COURIER_DEVICE_COLL" {
 					return run.mode
@@ -468,8 +468,15 @@ func TestFakeGPUChildIPCCollectives(t *testing.T) {
 			cfg := ranktest.Config{Backend: "nccl", Options: []mp.Option{mp.WithEnv(env), mp.WithCheck(run.check)}, Timeout: 20 * time.Second}
 			t.Run(fmt.Sprintf("%d-ranks/mode=%q/check=%v", n, run.mode, run.check), func(t *testing.T) {
 				ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) {
-					if err := deviceCollectives(c, run.mode == "staged", true); err != nil {
+					// Auto mixes the two by size: its results are
+					// checked, and its choice by autoChoice.
+					if err := deviceCollectives(c, run.mode == "staged", run.mode != ""); err != nil {
 						rt.Errorf("%v", err)
+					}
+					if run.mode == "" {
+						if err := autoChoice(c); err != nil {
+							rt.Errorf("%v", err)
+						}
 					}
 				})
 			})
@@ -488,7 +495,13 @@ func TestFakeGPUChildIPCCollectivesMixed(t *testing.T) {
 	if os.Getenv(nccl.DeviceEnv) != "0" {
 		t.Skipf("runs in the child of TestFakeGPU with %s=0 (every rank on one GPU)", nccl.DeviceEnv)
 	}
-	cfg := ranktest.Config{Backend: "nccl", Options: []mp.Option{mp.WithEnv(os.Getenv), mp.WithCheck(true)}, Timeout: 10 * time.Second}
+	env := func(k string) string {
+		if k == "COURIER_DEVICE_COLL" {
+			return "direct" // a small collective is staged in auto mode
+		}
+		return os.Getenv(k)
+	}
+	cfg := ranktest.Config{Backend: "nccl", Options: []mp.Option{mp.WithEnv(env), mp.WithCheck(true)}, Timeout: 10 * time.Second}
 	ranktest.RunConfig(t, 2, cfg, func(rt *ranktest.T, c *mp.Comm) {
 		d, err := c.Device()
 		if err != nil {
@@ -510,6 +523,74 @@ func TestFakeGPUChildIPCCollectivesMixed(t *testing.T) {
 			rt.Errorf("rank %d: %v, want ErrMismatch naming the device", c.Rank(), err)
 		}
 	})
+}
+
+// autoChoice checks COURIER_DEVICE_COLL=auto's choice on the fake GPU: an
+// Allreduce of 32 bytes of device buffers is staged through host memory
+// (copies to and from it, no kernel), one of 1 MiB runs on the device (no
+// such copy, kernels), and a Bcast of 32 bytes on the device.
+func autoChoice(c *mp.Comm) error {
+	d, err := c.Device()
+	if err != nil {
+		return err
+	}
+	for _, k := range []struct {
+		name   string
+		n      int
+		device bool
+	}{{"Allreduce", 8, false}, {"Allreduce", 1 << 18, true}, {"Bcast", 8, true}} {
+		send := make([]float32, k.n)
+		for i := range send {
+			send[i] = float32(i%7 + c.Rank())
+		}
+		b, err := newBufs(d, true, send, k.n, 0)
+		if err != nil {
+			b.free()
+			return err
+		}
+		if err := mp.Barrier(c); err != nil {
+			return err
+		}
+		before, err := fakeCounts()
+		if err != nil {
+			return err
+		}
+		// The ranks are goroutines of this process, which the counters
+		// count together: between barriers, no rank makes its buffers.
+		if err := mp.Barrier(c); err != nil {
+			return err
+		}
+		if k.name == "Bcast" {
+			err = mp.Bcast(c, b.dsend, 0)
+		} else {
+			err = mp.Allreduce(c, b.dsend, b.drecv, mp.Sum)
+		}
+		if err != nil {
+			b.free()
+			return fmt.Errorf("auto: %s of %d floats: %w", k.name, k.n, err)
+		}
+		if err := mp.Barrier(c); err != nil {
+			return err
+		}
+		after, err := fakeCounts()
+		if err == nil {
+			err = mp.Barrier(c)
+		}
+		b.free()
+		if err != nil {
+			return err
+		}
+		host, kernels := after[0]-before[0], after[2]-before[2]
+		switch {
+		case k.device && host != 0:
+			return fmt.Errorf("auto: %s of %d floats: %d copies through host memory, want it on the device", k.name, k.n, host)
+		case k.device && k.name == "Allreduce" && kernels == 0:
+			return fmt.Errorf("auto: %s of %d floats on the device: no kernel ran", k.name, k.n)
+		case !k.device && (host == 0 || kernels != 0):
+			return fmt.Errorf("auto: %s of %d floats: %d copies through host memory and %d kernels, want it staged", k.name, k.n, host, kernels)
+		}
+	}
+	return nil
 }
 
 // deviceCollectives runs every case at each of its sizes on host

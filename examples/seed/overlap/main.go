@@ -48,6 +48,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/courier-mp/courier/cuda"
@@ -442,7 +443,12 @@ func (g *gpuWork) prepare() error {
 }
 
 // multiplies queues the phase's multiplies on the compute stream.
+// With COURIER_TRACE set, the kernels show on the compute stream's
+// track of the timeline, timed on the GPU (Comm.TraceOnStream), beside
+// the message's span.
 func (g *gpuWork) multiplies() error {
+	span := g.c.TraceOnStream("sgemm ×"+strconv.Itoa(g.cfg.iters), g.compute)
+	defer span.End()
 	for range g.cfg.iters {
 		if err := g.k.Multiply(g.prod, g.a, g.b, g.cfg.gpuN, g.compute); err != nil {
 			return err
@@ -454,6 +460,8 @@ func (g *gpuWork) multiplies() error {
 // touch queues the kernel that uses the message's buffer: rank 0
 // overwrites what it sends, rank 1 multiplies by what it received.
 func (g *gpuWork) touch() error {
+	span := g.c.TraceOnStream("sgemm on the message", g.compute)
+	defer span.End()
 	if g.me == 0 {
 		return g.k.Multiply(g.front, g.a, g.b, g.cfg.gpuN, g.compute)
 	}
