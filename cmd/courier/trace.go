@@ -7,13 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/courier-mp/courier/internal/trace"
 )
 
-const traceUsage = `usage: courier trace [-o MERGED.json] [-svg TIMELINE.svg] [-title TEXT] TRACE.json...
+const traceUsage = `usage: courier trace [-o MERGED.json] [-svg TIMELINE.svg] [-from D] [-to D] [-title TEXT] TRACE.json...
 
 Merges the timelines that the ranks of a job wrote (COURIER_TRACE=FILE:
 one file per rank, FILE.rank<r>.json) onto one clock, and draws them.
@@ -27,6 +29,9 @@ Files that courier trace -o wrote may be given again, beside others.
   -svg TIMELINE.svg  draw the timeline: one row per rank and track, each
                      operation a rectangle coloured by its kind, a time
                      axis, what each one was in its tooltip
+  -from D, -to D     draw only the spans that lie wholly between these
+                     times (Go durations, 3.35s or 120ms, after the first
+                     span's start; default: all of them): a close look
   -title TEXT        the drawing's title (default: the files' names)
 
 At least one of -o and -svg is needed. The ranks' times are put on one
@@ -45,12 +50,18 @@ func (a *app) traceCmd(args []string) int {
 	out := fs.String("o", "", "write the merged trace to `MERGED.json`")
 	svg := fs.String("svg", "", "draw the timeline to `TIMELINE.svg`")
 	title := fs.String("title", "", "the drawing's title")
+	from := fs.Duration("from", 0, "draw the spans after this time")
+	to := fs.Duration("to", 0, "draw the spans before this time (0: the end)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			io.WriteString(a.stdout, traceUsage)
 			return 0
 		}
 		io.WriteString(a.stderr, traceUsage)
+		return 2
+	}
+	if *from < 0 || *to < 0 || *to != 0 && *to <= *from {
+		fmt.Fprintf(a.stderr, "courier trace: -from %v -to %v is not a window of the timeline\n", *from, *to)
 		return 2
 	}
 	if fs.NArg() == 0 || *out == "" && *svg == "" {
@@ -95,8 +106,15 @@ func (a *app) traceCmd(args []string) int {
 				*title = fmt.Sprintf("%s … (%d files)", fs.Arg(0), fs.NArg())
 			}
 		}
+		drawn := merged
+		if *from > 0 || *to > 0 {
+			if drawn = window(merged, *from, *to); !hasSpan(drawn) {
+				fmt.Fprintf(a.stderr, "courier trace: no span lies wholly between %v and %v\n", *from, *to)
+				return 1
+			}
+		}
 		var b bytes.Buffer
-		drawTimeline(&b, merged, *title)
+		drawTimeline(&b, drawn, *title)
 		if err := os.WriteFile(*svg, b.Bytes(), 0o644); err != nil {
 			fmt.Fprintln(a.stderr, "courier trace:", err)
 			return 1
@@ -110,4 +128,37 @@ func (a *app) traceCmd(args []string) int {
 	}
 	fmt.Fprintf(a.stdout, "courier trace: %d ranks, %d spans; %s\n", len(merged.OtherData.Ranks), spans, merged.OtherData.Clock)
 	return 0
+}
+
+// window is f with only the spans that lie wholly between from and to (0:
+// the end) after the first span's start; the metadata stays.
+func window(f *trace.File, from, to time.Duration) *trace.File {
+	start := math.Inf(1)
+	for _, e := range f.TraceEvents {
+		if e.Ph == "X" {
+			start = min(start, e.Ts)
+		}
+	}
+	lo, hi := start+float64(from.Microseconds()), math.Inf(1)
+	if to > 0 {
+		hi = start + float64(to.Microseconds())
+	}
+	out := *f
+	out.TraceEvents = nil
+	for _, e := range f.TraceEvents {
+		if e.Ph != "X" || e.Ts >= lo && e.Dur != nil && e.Ts+*e.Dur <= hi {
+			out.TraceEvents = append(out.TraceEvents, e)
+		}
+	}
+	return &out
+}
+
+// hasSpan reports whether f has a span.
+func hasSpan(f *trace.File) bool {
+	for _, e := range f.TraceEvents {
+		if e.Ph == "X" {
+			return true
+		}
+	}
+	return false
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -135,6 +137,29 @@ func TestTraceMergeAndDraw(t *testing.T) {
 	// A merged file is an input like the others: alone it draws again.
 	code, _, stderr = courierTrace(t, "-svg", filepath.Join(dir, "again.svg"), merged)
 	require.Equal(t, 0, code, stderr)
+
+	// A window draws only the spans wholly inside it: from the start to
+	// just past the first span's end, fewer than all, at least one; an
+	// empty window is an error, a reversed one a usage error.
+	start, firstEnd := math.Inf(1), math.Inf(1)
+	for _, e := range m.TraceEvents {
+		if e.Ph == "X" && e.Ts < start {
+			start, firstEnd = e.Ts, e.Ts+*e.Dur
+		}
+	}
+	upto := time.Duration((firstEnd-start)*1e3)*time.Nanosecond + time.Microsecond
+	part := filepath.Join(dir, "part.svg")
+	code, _, stderr = courierTrace(t, "-svg", part, "-to", upto.String(), merged)
+	require.Equal(t, 0, code, stderr)
+	b, err := os.ReadFile(part)
+	require.NoError(t, err)
+	n := strings.Count(string(b), `class="span"`)
+	assert.GreaterOrEqual(t, n, 1)
+	assert.Less(t, n, total)
+	code, _, _ = courierTrace(t, "-svg", part, "-from", "1h", merged)
+	assert.Equal(t, 1, code)
+	code, _, _ = courierTrace(t, "-svg", part, "-from", "2s", "-to", "1s", merged)
+	assert.Equal(t, 2, code)
 }
 
 func roundAll(v []float64) []float64 {
