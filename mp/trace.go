@@ -118,7 +118,6 @@ type recorder struct {
 	path        string
 	rank        int
 	size        int
-	backend     string
 	host        string
 	pid         int
 	capacity    int

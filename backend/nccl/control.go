@@ -164,28 +164,12 @@ func (k *control) recv(b backend.Buffer, from, tag int) (backend.Status, error) 
 }
 
 // parker is a request of the host connection's engine that can be waited
-// for without spinning (engine's WaitParked).
+// for without spinning (engine's WaitParked): the IPC path's reading
+// stages sleep in theirs (ipcRead), since the goroutines that wait for the
+// path's requests poll the host connection, and spinners side by side
+// only take turns on the rank's cores.
 type parker interface {
 	WaitParked(timeout time.Duration) (backend.Status, error)
-}
-
-// recvParked is recv for the IPC path's readers: it sleeps until the
-// message comes instead of spinning for it first, since the goroutine
-// waiting for the IPC request polls the host connection (spinUntil), and
-// spinners side by side only take turns on the rank's cores.
-func (k *control) recvParked(b backend.Buffer, from, tag int) (backend.Status, error) {
-	r, err := k.tc.Irecv(b, from, tag, 0)
-	if err != nil {
-		return backend.Status{}, err
-	}
-	var st backend.Status
-	if p, ok := r.(parker); ok {
-		st, err = p.WaitParked(0)
-	} else {
-		st, err = r.Wait(0)
-	}
-	r.Release()
-	return st, err
 }
 
 // read is the goroutine that listens to rank p: it hands each envelope to
