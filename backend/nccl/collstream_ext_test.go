@@ -395,16 +395,7 @@ func TestGPUStreamCollectives(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("COURIER_REQUIRE_GPU")); err == nil && v > 0 {
 		need = v
 	}
-	if err := (nccl.Driver{}).Available(); err != nil {
-		if os.Getenv("COURIER_REQUIRE_GPU") != "" || !errors.Is(err, mp.ErrNotSupported) {
-			t.Fatalf("COURIER_REQUIRE_GPU=%q: the nccl backend is not available: %v", os.Getenv("COURIER_REQUIRE_GPU"), err)
-		}
-		t.Skipf("the nccl backend is not available here: %v", err)
-	}
-	job, err := bootstrap.Detect()
-	if err != nil {
-		t.Fatal(err)
-	}
+	job := gpuJob(t)
 	if os.Getenv("COURIER_REQUIRE_GPU") != "" && job.Size < need {
 		t.Fatalf("COURIER_REQUIRE_GPU=%d, but this is a job of %d rank(s): start it as %d ranks", need, job.Size, need)
 	}
@@ -450,4 +441,23 @@ func TestGPUStreamCollectives(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gpuJob is the launch a GPU test of the nccl backend runs in: it skips
+// where the backend is not available (no GPU, no NCCL), but fails there
+// when COURIER_REQUIRE_GPU is set, so that a run on a GPU machine cannot
+// pass by skipping.
+func gpuJob(t *testing.T) bootstrap.Job {
+	t.Helper()
+	if err := (nccl.Driver{}).Available(); err != nil {
+		if os.Getenv("COURIER_REQUIRE_GPU") != "" || !errors.Is(err, mp.ErrNotSupported) {
+			t.Fatalf("COURIER_REQUIRE_GPU=%q: the nccl backend is not available: %v", os.Getenv("COURIER_REQUIRE_GPU"), err)
+		}
+		t.Skipf("the nccl backend is not available here: %v", err)
+	}
+	job, err := bootstrap.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
 }

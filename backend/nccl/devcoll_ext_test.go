@@ -16,7 +16,6 @@ import (
 	"unsafe"
 
 	"github.com/courier-mp/courier/backend/nccl"
-	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/mp"
@@ -405,16 +404,7 @@ func f32To16(f float32) uint16 {
 // the device and staged: every result must be the host buffers' bits. (A
 // GPU counts no copies: that check is the fake's.)
 func TestGPUIPCCollectives(t *testing.T) {
-	if err := (nccl.Driver{}).Available(); err != nil {
-		if os.Getenv("COURIER_REQUIRE_GPU") != "" || !errors.Is(err, mp.ErrNotSupported) {
-			t.Fatalf("COURIER_REQUIRE_GPU=%q: the nccl backend is not available: %v", os.Getenv("COURIER_REQUIRE_GPU"), err)
-		}
-		t.Skipf("the nccl backend is not available here: %v", err)
-	}
-	job, err := bootstrap.Detect()
-	if err != nil {
-		t.Fatal(err)
-	}
+	job := gpuJob(t)
 	if job.Size < 2 {
 		t.Skipf("needs 2 or more ranks sharing a GPU (mpirun -np 2 -x %s=0), this is a job of %d", nccl.DeviceEnv, job.Size)
 	}

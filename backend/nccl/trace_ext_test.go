@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courier-mp/courier/backend/nccl"
-	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/cuda"
 	"github.com/courier-mp/courier/internal/ranktest"
 	"github.com/courier-mp/courier/internal/trace"
@@ -136,16 +134,7 @@ func TestFakeGPUChildTrace(t *testing.T) {
 //	COURIER_REQUIRE_GPU=1 ./nccl.test -test.run '^TestGPUTrace$' -test.v
 //	mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 -x COURIER_REQUIRE_GPU=2 ./nccl.test -test.run '^TestGPUTrace$' -test.v
 func TestGPUTrace(t *testing.T) {
-	if err := (nccl.Driver{}).Available(); err != nil {
-		if os.Getenv("COURIER_REQUIRE_GPU") != "" || !errors.Is(err, mp.ErrNotSupported) {
-			t.Fatalf("COURIER_REQUIRE_GPU=%q: the nccl backend is not available: %v", os.Getenv("COURIER_REQUIRE_GPU"), err)
-		}
-		t.Skipf("the nccl backend is not available here: %v", err)
-	}
-	job, err := bootstrap.Detect()
-	if err != nil {
-		t.Fatal(err)
-	}
+	job := gpuJob(t)
 	job.Generation = 61                                // a rendezvous of its own, as TestGPUStreamCollectives's
 	spec := filepath.Join(t.TempDir(), "step-%r.json") // each rank's process checks its own
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
