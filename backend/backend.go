@@ -214,6 +214,18 @@ type Prober interface {
 	Iprobe(source, tag int) (found bool, st Status, err error)
 }
 
+// Sender is implemented by connections that can finish some sends at once,
+// without a Request: a message the transport takes whole (a small one,
+// copied into a ring or onto a socket), so that a blocking send is one
+// call. Send either handles the send, and reports true with the send's
+// error (nil: sent, buf may be reused), or leaves it untouched and
+// reports false (nil error), and the caller starts it with Isend. It
+// never waits for the receiver. mp's blocking Send uses it where a Conn
+// has it.
+type Sender interface {
+	Send(buf Buffer, peer, tag int, caller uintptr) (handled bool, err error)
+}
+
 // Canceler is implemented by requests whose operation can be canceled
 // before it matches, as MPI_Cancel for a receive.
 //

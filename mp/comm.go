@@ -59,6 +59,7 @@ func statusOf(st backend.Status) Status { return Status(st) }
 // concurrently from several goroutines have no order between them.
 type Comm struct {
 	conn        backend.Conn
+	sender      backend.Sender // conn's, when it has one: blocking sends in one call
 	rank, size  int
 	backendName string
 	timeout     time.Duration
@@ -286,6 +287,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	lowered := cfg.job == nil && allTCP(conn, job.Rank, job.Size) && shareCores(job.LocalSize, os.Getenv)
 	c := &Comm{
 		conn:        conn,
+		sender:      senderOf(conn),
 		rank:        job.Rank,
 		size:        job.Size,
 		backendName: name,

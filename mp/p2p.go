@@ -21,12 +21,29 @@ func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
 	if traceOn.Load() {
 		return c.tracedSend(describe(buf), dest, tag, callerPC())
 	}
-	r, err := c.start(opSend, describe(buf), dest, tag, callerPC())
+	b, pc := describe(buf), callerPC()
+	if c != nil && c.sender != nil {
+		// A message the transport takes whole goes in one call, with no
+		// request to wait for and release.
+		if err := c.checkPeer(dest, tag, false); err != nil {
+			return c.opErr("send", dest, tag, err)
+		}
+		if handled, err := c.sender.Send(b, dest, tag, pc); handled {
+			return c.opErr("send", dest, tag, err)
+		}
+	}
+	r, err := c.start(opSend, b, dest, tag, pc)
 	if err == nil {
 		_, err = c.wait(r)
 		r.Release()
 	}
 	return c.opErr("send", dest, tag, err)
+}
+
+// senderOf is conn's backend.Sender, or nil.
+func senderOf(conn backend.Conn) backend.Sender {
+	s, _ := conn.(backend.Sender)
+	return s
 }
 
 // Recv receives a message from rank source (or AnySource) with tag (or

@@ -231,6 +231,7 @@ func (c *Comm) derive(op string, color, key int, pc uintptr) (*Comm, error) {
 func (c *Comm) child(conn backend.Conn, members []int, id uint32, name string) *Comm {
 	d := &Comm{
 		conn:        conn,
+		sender:      senderOf(conn),
 		rank:        slices.Index(members, c.rank),
 		size:        len(members),
 		backendName: c.backendName,

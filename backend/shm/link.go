@@ -84,7 +84,7 @@ func (l *link) EagerLimit() int64 { return l.eager }
 
 // Send implements engine.Link: the frame goes straight into the ring, or,
 // when the ring is full, into the outbox, copied, in order.
-func (l *link) Send(h *engine.Header, payload []byte) error {
+func (l *link) Send(h engine.Header, payload []byte) error {
 	if l.dead.Load() || !l.h.enter() {
 		return errLinkDown
 	}
@@ -92,12 +92,12 @@ func (l *link) Send(h *engine.Header, payload []byte) error {
 	l.wmu.Lock()
 	h.Seq = l.sendSeq
 	l.sendSeq++
-	if len(l.q) == 0 && l.put(h, payload) {
+	if len(l.q) == 0 && l.put(&h, payload) {
 		l.wmu.Unlock()
 		l.peerBell.Ring()
 		return nil
 	}
-	ob := outbox{h: *h}
+	ob := outbox{h: h}
 	if len(payload) > 0 {
 		ob.data = engine.GetBuf(len(payload))
 		copy(ob.data, payload)

@@ -73,11 +73,11 @@ func (l *link) start() {
 func (l *link) EagerLimit() int64 { return l.eager }
 
 // Send implements engine.Link.
-func (l *link) Send(h *engine.Header, payload []byte) error {
+func (l *link) Send(h engine.Header, payload []byte) error {
 	l.wmu.Lock()
 	h.Seq = l.sendSeq
 	l.sendSeq++
-	err := l.writeFrame(h, payload)
+	err := l.writeFrame(&h, payload)
 	l.wmu.Unlock()
 	return err
 }

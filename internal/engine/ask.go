@@ -72,7 +72,7 @@ func (e *Engine) AskReports(timeout time.Duration) map[int][]byte {
 		if p == nil || p.downErr() != nil {
 			continue
 		}
-		if p.link.Send(&Header{Kind: KindAsk, SID: id}, nil) == nil {
+		if p.link.Send(Header{Kind: KindAsk, SID: id}, nil) == nil {
 			asked++
 		}
 	}
@@ -136,7 +136,7 @@ func (p *Peer) onAsk(h *Header) error {
 			b = b[:p.eager]
 		}
 		// An error here is the link's end, which its reader reports.
-		_ = p.link.Send(&Header{Kind: KindReply, SID: id, Count: int64(len(b))}, b)
+		_ = p.link.Send(Header{Kind: KindReply, SID: id, Count: int64(len(b))}, b)
 	}()
 	return nil
 }

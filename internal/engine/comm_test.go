@@ -51,12 +51,12 @@ func (s *memSource) Discard(n int) error {
 	return nil
 }
 
-func (l *memLink) Send(h *Header, payload []byte) error {
+func (l *memLink) Send(h Header, payload []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h.Seq = l.seq
 	l.seq++
-	l.q <- memItem{h: *h, payload: append([]byte(nil), payload...)}
+	l.q <- memItem{h: h, payload: append([]byte(nil), payload...)}
 	return nil
 }
 
@@ -415,4 +415,63 @@ func TestSplitValidates(t *testing.T) {
 	require.NoError(t, dd.Close())
 	require.NoError(t, d.Close())
 	assert.False(t, errors.Is(err, backend.ErrPeerLost))
+}
+
+// Send takes a message up to the eager limit whole, with no request, on
+// the world and on a derived communicator; it leaves larger messages,
+// device buffers and sends to this rank to Isend (handled false, nothing
+// sent); a message sent with it never overtakes one started before it
+// with Isend, nor the other way; a revoked communicator's Send fails.
+func TestSendWithoutRequest(t *testing.T) {
+	es, links := mesh(t, 2)
+	d := derive(t, es, 3, []int{1, 0})
+	big := make([]byte, 3*es[0].world.peer(1).eager)
+	big[len(big)-1] = 42
+
+	sent := func() uint64 { links[0][1].mu.Lock(); defer links[0][1].mu.Unlock(); return links[0][1].seq }
+	before := sent()
+	for _, b := range []backend.Buffer{buf(big, backend.Uint8), {Mem: backend.Device, Count: 1, Type: backend.Uint8}} {
+		handled, err := es[0].Send(b, 1, 1, 0)
+		assert.False(t, handled)
+		assert.NoError(t, err)
+	}
+	handled, err := es[0].Send(buf([]byte{1}, backend.Uint8), 0, 1, 0)
+	assert.False(t, handled, "to this rank")
+	assert.NoError(t, err)
+	assert.Equal(t, before, sent(), "nothing sent")
+
+	// small (Send), large (Isend), small (Send), on one tag: in order.
+	handled, err = es[0].Send(buf([]byte{1}, backend.Uint8), 1, 5, 0)
+	require.True(t, handled)
+	require.NoError(t, err)
+	large, err := es[0].Isend(buf(big, backend.Uint8), 1, 5, 0)
+	require.NoError(t, err)
+	handled, err = es[0].Send(buf([]byte{2}, backend.Uint8), 1, 5, 0)
+	require.True(t, handled)
+	require.NoError(t, err)
+	handled, err = d[0].(backend.Sender).Send(buf([]byte{3}, backend.Uint8), 0, 5, 0)
+	require.True(t, handled, "a derived communicator's")
+	require.NoError(t, err)
+
+	got := make([]byte, len(big))
+	for _, want := range []struct {
+		n    int64
+		last byte
+	}{{1, 1}, {int64(len(big)), 42}, {1, 2}} {
+		st, err := waiter(t)(es[1].Irecv(buf(got, backend.Uint8), 0, 5, 0))
+		require.NoError(t, err)
+		assert.Equal(t, want.n, st.Count)
+		assert.Equal(t, want.last, got[st.Count-1])
+	}
+	_, err = waiter(t)(large, nil)
+	require.NoError(t, err)
+	st, err := waiter(t)(d[1].Irecv(buf(got, backend.Uint8), 1, 5, 0))
+	require.NoError(t, err)
+	assert.Equal(t, backend.Status{Source: 1, Tag: 5, Count: 1}, st)
+	assert.Equal(t, byte(3), got[0])
+
+	es[0].world.Revoke(1)
+	handled, err = es[0].Send(buf([]byte{1}, backend.Uint8), 1, 5, 0)
+	assert.True(t, handled)
+	assert.Error(t, err, "a revoked communicator")
 }

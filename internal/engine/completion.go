@@ -26,7 +26,7 @@ import (
 // too, so a completer either sees it (and wakes) or has published first
 // (and the waiter sees the result instead of blocking).
 type completion struct {
-	state     atomic.Uint32 // stDone, stSlow
+	state     uint32 // stDone, stSlow: atomic but for reset's store (see reset)
 	wake      chan struct{} // capacity 1: one token per completion
 	timer     *time.Timer
 	timerBusy atomic.Bool // a waiter is using timer
@@ -52,16 +52,16 @@ func (c *completion) init() {
 func (c *completion) complete(st backend.Status, err error) {
 	c.st, c.err = st, err
 	for {
-		s := c.state.Load()
+		s := atomic.LoadUint32(&c.state)
 		if s&stSlow != 0 {
 			break
 		}
-		if c.state.CompareAndSwap(s, s|stDone) {
+		if atomic.CompareAndSwapUint32(&c.state, s, s|stDone) {
 			return // nothing after this touches the request
 		}
 	}
 	c.mu.Lock()
-	c.state.Store(c.state.Load() | stDone)
+	atomic.StoreUint32(&c.state, atomic.LoadUint32(&c.state)|stDone)
 	if c.doneCh != nil {
 		close(c.doneCh)
 	}
@@ -76,17 +76,17 @@ func (c *completion) complete(st backend.Status, err error) {
 // whether it set it (false: the request is done).
 func (c *completion) slow() bool {
 	for {
-		s := c.state.Load()
+		s := atomic.LoadUint32(&c.state)
 		if s&stDone != 0 {
 			return false
 		}
-		if s&stSlow != 0 || c.state.CompareAndSwap(s, s|stSlow) {
+		if s&stSlow != 0 || atomic.CompareAndSwapUint32(&c.state, s, s|stSlow) {
 			return true
 		}
 	}
 }
 
-func (c *completion) isDone() bool { return c.state.Load()&stDone != 0 }
+func (c *completion) isDone() bool { return atomic.LoadUint32(&c.state)&stDone != 0 }
 
 // Test reports completion without blocking.
 func (c *completion) Test() (bool, backend.Status, error) {
@@ -153,7 +153,7 @@ func (c *completion) Done() <-chan struct{} {
 			// Completed before it was asked for. stSlow still marks the
 			// channel for reset to drop.
 			close(c.doneCh)
-			c.state.Or(stSlow)
+			atomic.OrUint32(&c.state, stSlow)
 		}
 	}
 	return c.doneCh
@@ -163,7 +163,7 @@ func (c *completion) Done() <-chan struct{} {
 // request: its previous use has completed and been observed, or it was
 // never handed out (state 0).
 func (c *completion) reset() {
-	if c.state.Load()&stSlow != 0 {
+	if atomic.LoadUint32(&c.state)&stSlow != 0 {
 		c.mu.Lock() // waits for a completer that is finishing
 		select {
 		case <-c.wake:
@@ -173,5 +173,10 @@ func (c *completion) reset() {
 		c.mu.Unlock()
 	}
 	c.st, c.err = backend.Status{}, nil
-	c.state.Store(0)
+	// A plain store, not an atomic one (on amd64 a locked exchange, a
+	// full fence, on every message): no other goroutine looks at the
+	// word now, and the request reaches the next one that does through
+	// a synchronising hand-over (the engine's spare slot or pool, then
+	// its lock or a link), which publishes this store with it.
+	c.state = 0
 }

@@ -232,6 +232,11 @@ func (e *Engine) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backe
 	return e.world.Isend(buf, dest, tag, caller)
 }
 
+// Send implements backend.Sender on the world.
+func (e *Engine) Send(buf backend.Buffer, dest, tag int, caller uintptr) (bool, error) {
+	return e.world.Send(buf, dest, tag, caller)
+}
+
 // Irecv implements backend.Conn on the world.
 func (e *Engine) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backend.Request, error) {
 	return e.world.Irecv(buf, source, tag, caller)

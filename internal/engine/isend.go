@@ -66,6 +66,31 @@ func (c *Comm) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 	return r, nil
 }
 
+// Send implements backend.Sender: a message up to the peer's eager limit
+// is written whole from the caller's goroutine, with no request (nothing
+// of it is left to complete, report or release); others are left to
+// Isend, as are device buffers and sends to this rank.
+func (c *Comm) Send(buf backend.Buffer, dest, tag int, caller uintptr) (bool, error) {
+	if dest < 0 || dest >= c.size || dest == c.rank || buf.Mem == backend.Device {
+		return false, nil
+	}
+	p := c.peer(dest)
+	if buf.Len() > p.eager {
+		return false, nil
+	}
+	if err := c.revokedFor(tag); err != nil {
+		return true, err
+	}
+	if err := c.downErr(p, dest); err != nil {
+		return true, err
+	}
+	h := Header{Kind: KindEager, Type: buf.Type, Tag: int32(tag), Count: buf.Count, Comm: c.id}
+	if err := p.link.Send(h, buf.Bytes()); err != nil {
+		return true, c.peerErr(p, p.writeFailed(err))
+	}
+	return true, nil
+}
+
 // sendStatus is a completed send's status: this rank, the tag, the count.
 func (r *request) sendStatus() backend.Status {
 	return backend.Status{Source: r.c.rank, Tag: r.tag, Count: r.buf.Count}
@@ -108,10 +133,7 @@ func (p *Peer) sendEager(r *request) error {
 	if err := r.c.downErr(p, r.peer); err != nil {
 		return err
 	}
-	// The header lives in the request: a local would escape to the heap
-	// through the interface call.
-	h := &r.hdr
-	*h = Header{Kind: KindEager, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, Comm: r.c.id}
+	h := Header{Kind: KindEager, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, Comm: r.c.id}
 	if err := p.link.Send(h, r.buf.Bytes()); err != nil {
 		return r.c.peerErr(p, p.writeFailed(err))
 	}
@@ -123,8 +145,7 @@ func (p *Peer) sendRTS(r *request) error {
 	if err := r.c.downErr(p, r.peer); err != nil {
 		return err
 	}
-	h := &r.hdr
-	*h = Header{Kind: KindRTS, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, SID: r.id, Comm: r.c.id}
+	h := Header{Kind: KindRTS, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, SID: r.id, Comm: r.c.id}
 	if p.puller != nil {
 		if addr, ok := p.puller.PullAddr(r.buf.Bytes(), r.tag); ok {
 			h.Flags |= RTSPull
@@ -147,9 +168,8 @@ func (p *Peer) SendData(j Job, chunk int, write func(h *Header, payload []byte) 
 		return nil
 	}
 	chunk = min(max(chunk, 1), MaxChunk)
-	// The header lives in the request, as sendEager's does: a local
-	// would escape to the heap through write. The RTS it held went out
-	// before the CTS that started this job came back.
+	// The header lives in the request: a local would escape to the heap
+	// through write.
 	h := &j.send.hdr
 	var err error
 	if err = p.downErr(); err == nil {

@@ -13,10 +13,11 @@ import "time"
 type Link interface {
 	// Send writes one EAGER, RTS, ASK or REPLY frame from the calling
 	// goroutine, now, in order with the link's other frames, and numbers it
-	// (h.Seq, from 0 per link). The payload may be reused when Send returns. It may block
-	// while the transport is busy, never on the peer posting a receive; an
-	// error means the link is broken.
-	Send(h *Header, payload []byte) error
+	// (its Seq, from 0 per link). The header is passed by value, so a
+	// caller's stays on its stack; the payload may be reused when Send
+	// returns. It may block while the transport is busy, never on the
+	// peer posting a receive; an error means the link is broken.
+	Send(h Header, payload []byte) error
 	// Queue hands work to the link's writer, which does it later, in
 	// order, without blocking the caller: a CTS answer, the DATA of a send
 	// whose CTS came (Peer.SendData), LEAVE (a derived communicator's

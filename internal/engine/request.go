@@ -36,7 +36,7 @@ type request struct {
 	src    int    // receive: the matched sender
 	mtag   int    // receive: the matched tag
 	mcount int64  // receive: the message's element count
-	hdr    Header // a send's frame header, handed to the link
+	hdr    Header // a large send's DATA frame header, handed to the link's writer
 }
 
 var reqPool = sync.Pool{New: func() any {
