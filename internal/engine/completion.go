@@ -26,7 +26,7 @@ import (
 // too, so a completer either sees it (and wakes) or has published first
 // (and the waiter sees the result instead of blocking).
 type completion struct {
-	state     uint32 // stDone, stSlow: atomic but for reset's store (see reset)
+	state     uint32        // stDone, stSlow: atomic but for reset's store (see reset)
 	wake      chan struct{} // capacity 1: one token per completion
 	timer     *time.Timer
 	timerBusy atomic.Bool // a waiter is using timer
