@@ -22,17 +22,17 @@ func Send[B Buffer](c *Comm, buf B, dest, tag int) error {
 		return c.tracedSend(describe(buf), dest, tag, callerPC())
 	}
 	b, pc := describe(buf), callerPC()
-	if c != nil && c.sender != nil {
+	if err := c.checkPeer(dest, tag, false); err != nil {
+		return c.opErr("send", dest, tag, err)
+	}
+	if c.sender != nil {
 		// A message the transport takes whole goes in one call, with no
 		// request to wait for and release.
-		if err := c.checkPeer(dest, tag, false); err != nil {
-			return c.opErr("send", dest, tag, err)
-		}
 		if handled, err := c.sender.Send(b, dest, tag, pc); handled {
 			return c.opErr("send", dest, tag, err)
 		}
 	}
-	r, err := c.start(opSend, b, dest, tag, pc)
+	r, err := c.conn.Isend(b, dest, tag, pc)
 	if err == nil {
 		_, err = c.wait(r)
 		r.Release()

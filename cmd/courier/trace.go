@@ -108,7 +108,7 @@ func (a *app) traceCmd(args []string) int {
 		}
 		drawn := merged
 		if *from > 0 || *to > 0 {
-			if drawn = window(merged, *from, *to); !hasSpan(drawn) {
+			if drawn = window(merged, *from, *to); countSpans(drawn) == 0 {
 				fmt.Fprintf(a.stderr, "courier trace: no span lies wholly between %v and %v\n", *from, *to)
 				return 1
 			}
@@ -120,13 +120,7 @@ func (a *app) traceCmd(args []string) int {
 			return 1
 		}
 	}
-	spans := 0
-	for _, e := range merged.TraceEvents {
-		if e.Ph == "X" {
-			spans++
-		}
-	}
-	fmt.Fprintf(a.stdout, "courier trace: %d ranks, %d spans; %s\n", len(merged.OtherData.Ranks), spans, merged.OtherData.Clock)
+	fmt.Fprintf(a.stdout, "courier trace: %d ranks, %d spans; %s\n", len(merged.OtherData.Ranks), countSpans(merged), merged.OtherData.Clock)
 	return 0
 }
 
@@ -153,12 +147,13 @@ func window(f *trace.File, from, to time.Duration) *trace.File {
 	return &out
 }
 
-// hasSpan reports whether f has a span.
-func hasSpan(f *trace.File) bool {
+// countSpans is the number of spans in f.
+func countSpans(f *trace.File) int {
+	n := 0
 	for _, e := range f.TraceEvents {
 		if e.Ph == "X" {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }

@@ -33,7 +33,7 @@ func (c *Comm) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 	}
 	p := c.peer(dest)
 	if buf.Len() <= p.eager {
-		if err := p.sendEager(r); err != nil {
+		if err := p.sendEager(c, buf, dest, tag); err != nil {
 			r.Release()
 			return nil, err
 		}
@@ -81,14 +81,7 @@ func (c *Comm) Send(buf backend.Buffer, dest, tag int, caller uintptr) (bool, er
 	if err := c.revokedFor(tag); err != nil {
 		return true, err
 	}
-	if err := c.downErr(p, dest); err != nil {
-		return true, err
-	}
-	h := Header{Kind: KindEager, Type: buf.Type, Tag: int32(tag), Count: buf.Count, Comm: c.id}
-	if err := p.link.Send(h, buf.Bytes()); err != nil {
-		return true, c.peerErr(p, p.writeFailed(err))
-	}
-	return true, nil
+	return true, p.sendEager(c, buf, dest, tag)
 }
 
 // sendStatus is a completed send's status: this rank, the tag, the count.
@@ -128,14 +121,14 @@ func (c *Comm) sendSelf(r *request) error {
 	return nil
 }
 
-// sendEager writes a whole small message.
-func (p *Peer) sendEager(r *request) error {
-	if err := r.c.downErr(p, r.peer); err != nil {
+// sendEager writes a whole small message of c to its rank dest (p).
+func (p *Peer) sendEager(c *Comm, buf backend.Buffer, dest, tag int) error {
+	if err := c.downErr(p, dest); err != nil {
 		return err
 	}
-	h := Header{Kind: KindEager, Type: r.buf.Type, Tag: int32(r.tag), Count: r.buf.Count, Comm: r.c.id}
-	if err := p.link.Send(h, r.buf.Bytes()); err != nil {
-		return r.c.peerErr(p, p.writeFailed(err))
+	h := Header{Kind: KindEager, Type: buf.Type, Tag: int32(tag), Count: buf.Count, Comm: c.id}
+	if err := p.link.Send(h, buf.Bytes()); err != nil {
+		return c.peerErr(p, p.writeFailed(err))
 	}
 	return nil
 }
