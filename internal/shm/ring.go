@@ -11,7 +11,7 @@ import (
 //
 //	0    magic    uint64   ringMagic once formatted (stored last, atomically)
 //	8    capacity uint64   bytes of data, a power of two
-//	128  tail     uint64   producer's index: bytes ever committed
+//	128  tail     uint64   producer's index, as of its last WantSpace
 //	256  head     uint64   consumer's index: bytes ever consumed
 //	384  want     uint32   1 while the producer waits for space
 //	512  data     capacity bytes of records
@@ -22,12 +22,21 @@ import (
 // line. The indices run free (they never wrap in practice: 2^64 bytes); a
 // position in the data is index & (capacity-1).
 //
-// A record is an 8-byte header, then its bytes, padded to a multiple of 8:
-// the header is the length, with bit 63 set for a padding record, which
-// fills the data's tail when the next record would straddle the end (the
-// record then starts at position 0), or moves a record forward so that a
-// byte of it is aligned (ReserveAligned). Padding records are committed
-// together with the record after them.
+// A record is an 8-byte header, then its bytes, padded to a multiple of 8.
+// The header says the record is there: the consumer polls the header at
+// its own index, and a record is published by the store of its header
+// (atomic, after its bytes), so an arrival is one cache line to move, the
+// one the record is in, not a line holding an index and then the record's.
+// A header is the length with bit 62 set (recFlag), and bit 61 (slotFlag)
+// when a small record takes the rest of its line (ReserveLine); or, for a padding
+// record, the length of its body with bit 63 set: padding fills the data's
+// tail when the next record would straddle the end (the record then
+// starts at position 0), or moves a record forward so that a byte of it is
+// aligned (ReserveAligned). A zero header is "nothing yet": the producer
+// zeroes the header after each record before it publishes the record, and
+// publishes a record's padding after the record, so the first header the
+// consumer can see is always the one stored last. The producer keeps 8
+// bytes free beyond its last record for that zero word.
 const (
 	offMagic = 0
 	offCap   = 8
@@ -37,11 +46,13 @@ const (
 	ringHdr  = 4 * ringLine
 	ringLine = 128
 
-	ringMagic = 0x31676e69726d6863 // "chmring1", little-endian
+	ringMagic = 0x32676e69726d6863 // "chmring2", little-endian
 
 	recHdr   = 8
 	recAlign = 8 // records start at multiples of 8
 	padFlag  = 1 << 63
+	recFlag  = 1 << 62
+	slotFlag = 1 << 61 // with recFlag: the record takes the rest of its line
 )
 
 // MinRingCapacity and MaxRingCapacity bound a ring's data capacity (a
@@ -76,8 +87,8 @@ const (
 // Store, both ordered by x86's total store order; on arm64 LDAR and STLR),
 // the two processes' mappings are the same physical pages, and cache
 // coherence works on physical memory, so a record's bytes stored before
-// the release store of the tail are visible to the process whose acquire
-// load sees that tail, exactly as between two threads. The compiler does
+// the release store of its header are visible to the process whose
+// acquire load sees that header, exactly as between two threads. The compiler does
 // not move memory accesses across a sync/atomic call. The loads and
 // stores are sequentially consistent, which the WantSpace and Bell
 // protocols need (a store, then a load of the other side's word).
@@ -96,13 +107,17 @@ type Ring struct {
 	pend     uint64 // the tail once the reserved record is committed
 	reserved bool
 	perr     error
+	// The reserved record, as Commit publishes it: its header's place,
+	// and the places of the padding before it (noPad: none).
+	recPos, recN     uint64
+	recSlot          bool
+	alignPos, padPos uint64
 
 	// The consumer's side.
-	head     uint64 // consumed
-	tailSeen uint64 // the producer's index, as last loaded
-	next     uint64 // the head once the record Next returned is consumed
-	taken    bool
-	cerr     error
+	head  uint64 // consumed
+	next  uint64 // the head once the record Next returned is consumed
+	taken bool
+	cerr  error
 }
 
 // RingBytes returns the bytes a ring of capacity bytes of data occupies:
@@ -128,6 +143,7 @@ func NewRing(mem []byte, capacity int) (*Ring, error) {
 	r.tailW.Store(0)
 	r.headW.Store(0)
 	r.wantW.Store(0)
+	r.setHdr(0, 0) // nothing yet at the consumer's index
 	*(*uint64)(unsafe.Pointer(&mem[offCap])) = uint64(capacity)
 	word64(mem, offMagic).Store(ringMagic) // last: an attacher that sees it sees the rest
 	return r, nil
@@ -156,7 +172,7 @@ func AttachRing(mem []byte) (*Ring, error) {
 	if t-h > c || t&7 != 0 || h&7 != 0 {
 		return nil, fmt.Errorf("%w: tail %d and head %d (capacity %d)", ErrCorrupt, t, h, c)
 	}
-	r.tail, r.headSeen, r.head, r.tailSeen = t, h, h, h
+	r.tail, r.headSeen, r.head = t, h, h
 	return r, nil
 }
 
@@ -201,13 +217,17 @@ func (r *Ring) Reserve(n int) []byte {
 	if uint(n) > uint(r.maxRec) {
 		panic(fmt.Sprintf("shm: Reserve(%d): records are at most %d bytes in this ring", n, r.maxRec))
 	}
-	return r.reserve(n, 0, recAlign)
+	return r.reserve(n, 0, recAlign, false)
 }
 
 // ReserveLine is Reserve for a small record that should lie in one cache
-// line with its header: when the record and its header fit in 64 bytes
-// but would straddle a line, the ring puts padding before it, so the
-// consumer's read of it is one cache miss, not two.
+// line with its header: when the record and its header fit in 64 bytes,
+// the record takes the rest of its line (a slot: its header says so), so
+// the next record starts a line of its own; and when it would straddle a
+// line, the ring puts padding before it and it takes the next line. The
+// consumer's read of a small record is then one cache miss, and a stream
+// of them moves one line a record, never a line that holds the end of
+// one record and the start of the next.
 func (r *Ring) ReserveLine(n int) []byte {
 	if uint(n) > uint(r.maxRec) {
 		panic(fmt.Sprintf("shm: ReserveLine(%d): records are at most %d bytes in this ring", n, r.maxRec))
@@ -217,10 +237,11 @@ func (r *Ring) ReserveLine(n int) []byte {
 		if into := int(pos & (lineSize - 1)); into+need > lineSize {
 			// The record's header at the next line: its payload, at
 			// byte 0 of the record, is recHdr into that line.
-			return r.reserve(n, lineSize-recHdr, lineSize)
+			return r.reserve(n, lineSize-recHdr, lineSize, true)
 		}
+		return r.reserve(n, 0, recAlign, true)
 	}
-	return r.reserve(n, 0, recAlign)
+	return r.reserve(n, 0, recAlign, false)
 }
 
 // lineSize is a cache line.
@@ -241,28 +262,37 @@ func (r *Ring) ReserveAligned(n, off, align int) []byte {
 		align < recAlign || align > MaxAlign || align&(align-1) != 0 {
 		panic(fmt.Sprintf("shm: ReserveAligned(%d, %d, %d): records are at most %d bytes in this ring", n, off, align, r.maxRec-MaxAlign))
 	}
-	return r.reserve(n, off, align)
+	return r.reserve(n, off, align, false)
 }
 
 // reserve reserves a record of n bytes whose byte at off lies at a
 // multiple of align: the record is preceded by a padding record when it
 // must move forward (and by one filling the data's tail when it would
-// straddle the end).
-func (r *Ring) reserve(n, off, align int) []byte {
+// straddle the end). A slot (a small record, within one line) takes the
+// rest of its line.
+func (r *Ring) reserve(n, off, align int, slot bool) []byte {
 	if r.perr != nil {
 		return nil
 	}
-	need := (uint64(n) + recHdr + 7) &^ 7
+	size := (uint64(n) + recHdr + 7) &^ 7
 	gap := func(pos uint64) uint64 { return -(pos + recHdr + uint64(off)) & uint64(align-1) }
+	need := func(start uint64) uint64 {
+		if slot {
+			return lineSize - start&(lineSize-1)
+		}
+		return size
+	}
 	pos := r.tail & r.mask
 	g := gap(pos)
-	total := g + need
-	wrap := pos+g+need > r.cap
+	total := g + need(pos+g)
+	wrap := pos+total > r.cap
 	if wrap {
 		g = gap(0)
-		total = r.cap - pos + g + need
+		total = r.cap - pos + g + need(g)
 	}
-	if r.tail-r.headSeen+total > r.cap {
+	// recHdr more: the zero header after the record must not land on a
+	// record the consumer has not taken.
+	if r.tail-r.headSeen+total+recHdr > r.cap {
 		h := r.headW.Load()
 		// The consumer's index only grows, and never passes the tail.
 		if h-r.headSeen > r.tail-r.headSeen || h&7 != 0 {
@@ -270,37 +300,59 @@ func (r *Ring) reserve(n, off, align int) []byte {
 			return nil
 		}
 		r.headSeen = h
-		if r.tail-h+total > r.cap {
+		if r.tail-h+total+recHdr > r.cap {
 			return nil
 		}
 	}
+	r.padPos, r.alignPos = noPad, noPad
 	if wrap {
-		r.setHdr(pos, padFlag|(r.cap-pos-recHdr))
+		r.padPos = pos
 		pos = 0
 	}
 	if g != 0 {
-		r.setHdr(pos, padFlag|(g-recHdr))
+		r.alignPos = pos
 		pos += g
 	}
-	r.setHdr(pos, uint64(n))
+	r.recPos, r.recN, r.recSlot = pos, uint64(n), slot
 	r.pend, r.reserved = r.tail+total, true
 	p := int(pos) + recHdr
 	return r.data[p : p+n : p+n]
 }
 
+// noPad marks a padding record that a reserved record does not need.
+const noPad = ^uint64(0)
+
 func (r *Ring) setHdr(pos, h uint64) {
 	*(*uint64)(unsafe.Pointer(&r.data[pos])) = h
 }
 
-// Commit publishes the record Reserve returned (a release store of the
-// producer's index): the consumer may see it from now on, and the producer
+// Commit publishes the record Reserve returned (a release store of its
+// header, or of its padding's): the consumer may see it from now on, and the producer
 // must not touch its slice again. Commit without a Reserve panics.
 func (r *Ring) Commit() {
 	if !r.reserved {
 		panic("shm: Commit without Reserve")
 	}
+	// The next record's header is zero before anything here can be seen.
+	// Then the headers, the last one first: the one at the old tail, which
+	// the consumer polls, is stored last, atomically (a release store).
+	first, h := r.recPos, recFlag|r.recN
+	end := r.recPos + (r.recN+recHdr+7)&^7
+	if r.recSlot {
+		h |= slotFlag
+		end = (r.recPos + lineSize) &^ (lineSize - 1)
+	}
+	r.setHdr(end&r.mask, 0)
+	if r.alignPos != noPad {
+		r.setHdr(first, h)
+		first, h = r.alignPos, padFlag|(r.recPos-r.alignPos-recHdr)
+	}
+	if r.padPos != noPad {
+		r.setHdr(first, h)
+		first, h = r.padPos, padFlag|(r.cap-r.padPos-recHdr)
+	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&r.data[first])), h)
 	r.tail, r.reserved = r.pend, false
-	r.tailW.Store(r.tail)
 }
 
 // Err returns the error that stopped the producer's side (a corrupt
@@ -323,16 +375,19 @@ func (r *Ring) Err() error { return r.perr }
 // flag before arming, and a consumer that frees too little room for the
 // record could take the flag while the bell is not armed yet: its ring
 // would wake no one, and no later Consume would ring again.)
-func (r *Ring) WantSpace() { r.wantW.Store(1) }
+func (r *Ring) WantSpace() {
+	r.tailW.Store(r.tail) // for TakeSpaceWanted's measure of the room
+	r.wantW.Store(1)
+}
 
 // SpaceWanted reports whether the producer has said it waits for room and
 // no TakeSpaceWanted has cleared it since. It is one load.
 func (r *Ring) SpaceWanted() bool { return r.wantW.Load() != 0 }
 
 // TakeSpaceWanted is the consumer's check after Consume: it reports
-// whether the producer waits for room and half the ring is free, and then
-// clears the flag. Waiting for half (any record fits in half the ring:
-// MaxRecord) keeps a producer that streams large messages from being
+// whether the producer waits for room and half the ring is free (as of
+// the producer's index at its WantSpace), and then clears the flag.
+// Waiting for half (any record fits in half the ring: MaxRecord) keeps a producer that streams large messages from being
 // woken for every record the consumer frees: it is woken once per half a
 // ring, and the two sides copy at once, each in its half. The consumer
 // that leaves the flag set frees more later, since the records that fill
@@ -348,28 +403,24 @@ func (r *Ring) TakeSpaceWanted() bool {
 	return r.wantW.Swap(0) != 0
 }
 
-// Pending reports whether records are committed that the consumer has not
-// consumed: two loads of the shared indices, safe from any goroutine of
-// the consuming process (the consumer's own fields are not read), so a
-// poller may look before it takes the lock that guards Next. Like Empty,
-// it may miss a record that is being committed.
-//
-// It also loads the first word of the next record's place, whose line the
-// producer writes before it publishes its index: a waiter that polls both
-// lines takes the two cache misses of an arrival at once, not one after
-// the other.
+// Pending reports whether a record is committed that the consumer has not
+// consumed: a load of the consumer's shared index and one of the header
+// there, safe from any goroutine of the consuming process (the consumer's
+// own fields are not read), so a poller may look before it takes the lock
+// that guards Next. It is a hint: it may miss a record that is being
+// committed, and it may report one that the consumer is consuming at that
+// moment; Next is the answer that counts.
 func (r *Ring) Pending() bool {
 	h := r.headW.Load()
-	(*atomic.Uint64)(unsafe.Pointer(&r.data[h&r.mask&^7])).Load()
-	return r.tailW.Load() != h
+	return r.hdr(h&r.mask&^7) != 0
 }
 
-// Empty reports whether the consumer has nothing to read: at most one
-// load of the producer's index, for pollers. A committed record may still
-// be missed by a load that raced with its Commit; Next is the answer that
+// Empty reports whether the consumer has nothing to read: one load of the
+// header at its index, for pollers. A committed record may still be
+// missed by a load that raced with its Commit; Next is the answer that
 // counts.
 func (r *Ring) Empty() bool {
-	return r.tailSeen == r.head && r.tailW.Load() == r.head
+	return !r.taken && r.hdr(r.head&r.mask) == 0
 }
 
 // Next returns the oldest committed record, or nil when there is none.
@@ -381,43 +432,39 @@ func (r *Ring) Next() ([]byte, error) {
 	if r.cerr != nil {
 		return nil, r.cerr
 	}
-	avail := r.tailSeen - r.head
-	if avail == 0 {
-		t := r.tailW.Load() // acquire: the records before t are whole
-		// The producer's index only grows (an index behind the consumer's
-		// is far ahead in unsigned arithmetic), 8 bytes at a time, and
-		// stays within a capacity of the consumer's.
-		if t-r.head > r.cap || t&7 != 0 {
-			return nil, r.corrupt(fmt.Errorf("the producer's index went from %d to %d (consumer's %d, capacity %d)", r.tailSeen, t, r.head, r.cap))
-		}
-		r.tailSeen = t
-		avail = t - r.head
-		if avail == 0 {
-			return nil, nil
-		}
-	}
 	pos := r.head & r.mask
-	h := r.hdr(pos)
+	h := r.hdr(pos) // acquire: a record seen is whole, with its padding
+	if h == 0 {
+		return nil, nil
+	}
 	skip := uint64(0)
 	// At most two padding records come before a record: one filling the
 	// data's tail, one aligning the record (ReserveAligned), each within
-	// the data and the committed bytes.
+	// the data; the producer stored the record's header before theirs.
 	for i := 0; h&padFlag != 0; i++ {
 		l := h &^ padFlag
-		if i == 2 || l > r.cap || l&7 != 0 || pos+recHdr+l > r.cap || avail <= recHdr+l {
-			return nil, r.corrupt(fmt.Errorf("bad padding header %#x at %d (%d bytes committed)", h, pos, avail))
+		if i == 2 || l > r.cap || l&7 != 0 || pos+recHdr+l > r.cap {
+			return nil, r.corrupt(fmt.Errorf("bad padding header %#x at %d", h, pos))
 		}
 		skip += recHdr + l
-		avail -= recHdr + l
 		if pos += recHdr + l; pos == r.cap {
 			pos = 0
 		}
-		h = r.hdr(pos)
+		if h = r.hdr(pos); h == 0 {
+			return nil, r.corrupt(fmt.Errorf("padding with no record after it, at %d", pos))
+		}
 	}
-	n := h
+	n := h &^ (recFlag | slotFlag)
 	need := (n + recHdr + 7) &^ 7
-	if n > uint64(r.maxRec) || need > avail || pos+need > r.cap {
-		return nil, r.corrupt(fmt.Errorf("bad record header %#x at %d (%d bytes committed, records at most %d)", h, pos, avail, r.maxRec))
+	if h&slotFlag != 0 {
+		if slot := lineSize - pos&(lineSize-1); slot >= need {
+			need = slot
+		} else {
+			need = r.cap + 1 // not a record of one line: corrupt
+		}
+	}
+	if h&recFlag == 0 || n > uint64(r.maxRec) || pos+need > r.cap || skip+need > r.cap {
+		return nil, r.corrupt(fmt.Errorf("bad record header %#x at %d (records at most %d)", h, pos, r.maxRec))
 	}
 	r.next, r.taken = r.head+skip+need, true
 	p := int(pos) + recHdr

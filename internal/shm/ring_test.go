@@ -140,7 +140,8 @@ func TestRingOrderAndRoom(t *testing.T) {
 	}
 	assert.Equal(t, 4096/112, n)
 	assert.Nil(t, p.Reserve(100))
-	assert.NotNil(t, p.Reserve(4096-n*112-8), "the last bytes still fit a smaller record")
+	assert.Nil(t, p.Reserve(4096-n*112-8), "8 bytes stay free for the zero header after the last record")
+	assert.NotNil(t, p.Reserve(4096-n*112-16), "the last bytes still fit a smaller record")
 	for i := range n {
 		assert.Equal(t, bytes.Repeat([]byte{byte(i)}, 100), take(t, c))
 	}
@@ -161,9 +162,12 @@ func TestRingWrapPads(t *testing.T) {
 	rec := p.Reserve(100)
 	require.NotNil(t, rec)
 	assert.Equal(t, unsafe.SliceData(p.data[8:]), unsafe.SliceData(rec), "the record starts at the ring's start")
-	assert.Equal(t, uint64(padFlag|16), binary.NativeEndian.Uint64(p.data[4096-24:]))
+	assert.Zero(t, binary.NativeEndian.Uint64(p.data[4096-24:]), "nothing is published before Commit")
 	copy(rec, bytes.Repeat([]byte{7}, 100))
 	p.Commit()
+	assert.Equal(t, uint64(padFlag|16), binary.NativeEndian.Uint64(p.data[4096-24:]))
+	assert.Equal(t, uint64(recFlag|100), binary.NativeEndian.Uint64(p.data[0:]))
+	assert.Zero(t, binary.NativeEndian.Uint64(p.data[112:]), "the header after the record is zero")
 	assert.Equal(t, bytes.Repeat([]byte{7}, 100), take(t, c))
 	assert.Equal(t, uint64(4096+112), c.head, "the padding was consumed with the record")
 
@@ -212,7 +216,7 @@ func TestRingSpaceWanted(t *testing.T) {
 	}
 }
 
-// TestRingCorrupt writes bad indices and headers where the other process
+// TestRingCorrupt writes bad headers (and a bad consumer index) where the other process
 // would, and checks that each is an error from Next (and stays one), or a
 // stopped producer, never a panic.
 func TestRingCorrupt(t *testing.T) {
@@ -231,37 +235,30 @@ func TestRingCorrupt(t *testing.T) {
 		corrupt func(mem []byte, hdr int, at uint64)
 	}
 	cases := map[string]bad{
-		"tail past a capacity": {0, func(m []byte, _ int, at uint64) { set(m, offTail, at+capacity+8) }},
-		"tail far past":        {0, func(m []byte, _ int, _ uint64) { set(m, offTail, 1<<62) }},
-		"tail unaligned":       {0, func(m []byte, _ int, _ uint64) { set(m, offTail, 12) }},
-		"tail behind head":     {64, func(m []byte, _ int, at uint64) { set(m, offTail, at-8) }},
-		"length past the tail": {0, func(m []byte, h int, _ uint64) { set(m, h, 100) }},
-		"length huge":          {0, func(m []byte, h int, _ uint64) { set(m, h, 1<<40) }},
-		"length over MaxRecord": {0, func(m []byte, h int, _ uint64) {
-			set(m, h, capacity/2)
-			set(m, offTail, capacity)
+		"length huge":           {0, func(m []byte, h int, _ uint64) { set(m, h, recFlag|1<<40) }},
+		"no record flag":        {0, func(m []byte, h int, _ uint64) { set(m, h, 5) }},
+		"length over MaxRecord": {0, func(m []byte, h int, _ uint64) { set(m, h, recFlag|capacity/2) }},
+		"record past the data end": {capacity - 24, func(m []byte, h int, _ uint64) {
+			set(m, h, recFlag|100) // no padding before it
 		}},
-		"record past the data end": {capacity - 24, func(m []byte, h int, at uint64) {
-			set(m, h, 100) // no padding before it
-			set(m, offTail, at+112)
+		"slot longer than its line": {0, func(m []byte, h int, _ uint64) { set(m, h, recFlag|slotFlag|60) }},
+		"slot past the data end": {capacity - 24, func(m []byte, h int, _ uint64) {
+			set(m, h, recFlag|slotFlag|40)
 		}},
-		"padding where none fits": {0, func(m []byte, h int, _ uint64) { set(m, h, padFlag|8) }},
-		"padding past the data end": {capacity - 24, func(m []byte, h int, at uint64) {
+		"padding far past": {0, func(m []byte, h int, _ uint64) { set(m, h, padFlag|1<<40) }},
+		"padding past the data end": {capacity - 24, func(m []byte, h int, _ uint64) {
 			set(m, h, padFlag|24)
-			set(m, offTail, at+24+16)
 		}},
-		"padding length not a multiple of 8": {capacity - 24, func(m []byte, h int, at uint64) {
+		"padding length not a multiple of 8": {capacity - 24, func(m []byte, h int, _ uint64) {
 			set(m, h, padFlag|4)
-			set(m, offTail, at+24+16)
 		}},
-		"padding with no record": {capacity - 24, func(m []byte, h int, at uint64) {
+		"padding with no record": {capacity - 24, func(m []byte, h int, _ uint64) {
 			set(m, h, padFlag|16)
-			set(m, offTail, at+24)
+			set(m, ringHdr, 0)
 		}},
-		"padding then padding": {capacity - 24, func(m []byte, h int, at uint64) {
+		"padding then padding": {capacity - 24, func(m []byte, h int, _ uint64) {
 			set(m, h, padFlag|16)
 			set(m, ringHdr, padFlag|(capacity-8))
-			set(m, offTail, at+24+16)
 		}},
 	}
 	for name, bc := range cases {
@@ -279,7 +276,7 @@ func TestRingCorrupt(t *testing.T) {
 			require.ErrorIs(t, err, ErrCorrupt)
 			t.Log(err)
 			// Sticky, even if the memory is repaired.
-			set(mem, offTail, c.head)
+			set(mem, ringHdr+int(bc.at%capacity), recFlag|5)
 			_, err2 := c.Next()
 			assert.Equal(t, err, err2)
 		})
@@ -306,7 +303,7 @@ func TestRingCorrupt(t *testing.T) {
 }
 
 func FuzzRingNext(f *testing.F) {
-	f.Add(uint64(16), uint64(0), []byte("\x05\x00\x00\x00\x00\x00\x00\x00hello"))
+	f.Add(uint64(16), uint64(0), []byte("\x05\x00\x00\x00\x00\x00\x00\x40hello"))
 	f.Add(uint64(4096+16), uint64(4096-8), []byte("\x00\x00\x00\x00\x00\x00\x00\x80"))
 	f.Fuzz(func(t *testing.T, tail, head uint64, data []byte) {
 		const capacity = 4096
@@ -534,18 +531,29 @@ func TestReserveLine(t *testing.T) {
 	c, err := AttachRing(mem)
 	require.NoError(t, err)
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(r.data)))
+	prevSlot := false
 	for i := range 200 {
 		n := 1 + i%60 // with the header, 16 to 72 bytes
 		b := r.ReserveLine(n)
 		require.NotNil(t, b, "record %d", i)
 		start := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - base - recHdr
-		if need := (n + recHdr + 7) &^ 7; need <= lineSize {
+		need := (n + recHdr + 7) &^ 7
+		if need <= lineSize {
 			assert.LessOrEqual(t, int(start%lineSize)+need, lineSize, "record %d of %d bytes at %d straddles a line", i, n, start)
 		}
+		if prevSlot {
+			assert.Zero(t, start%lineSize, "record %d after a small one starts a line", i)
+		}
+		prevSlot = need <= lineSize
 		for k := range b {
 			b[k] = byte(i)
 		}
 		r.Commit()
+		if h := binary.NativeEndian.Uint64(r.data[start:]); prevSlot {
+			assert.Equal(t, uint64(recFlag|slotFlag|n), h, "record %d: a slot's header", i)
+		} else {
+			assert.Equal(t, uint64(recFlag|n), h, "record %d: a record's header", i)
+		}
 		got, err := c.Next()
 		require.NoError(t, err)
 		require.Len(t, got, n, "record %d", i)
