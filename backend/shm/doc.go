@@ -11,10 +11,11 @@
 // limit is copied into the receiver's ring and out of it; a larger one is
 // announced, and then (Options.Copy, COURIER_SHM_COPY) either moves
 // through the ring in 64 KiB chunks, the sender writing the next while
-// the receiver copies the last out (a user's message, by default), or the
-// receiver copies it straight out of the sender's memory
-// (process_vm_readv: one copy; a collective's message, by default, where
-// the kernel allows it). A waiting goroutine polls the rings
+// the receiver copies the last out, or the receiver copies it straight out
+// of the sender's memory (process_vm_readv: one copy; a collective's
+// message, by default, where the kernel allows it). By default the
+// receiver of a user's message measures the two ways as messages move and
+// takes the faster on its link (choose.go). A waiting goroutine polls the rings
 // itself, and the progress goroutine then looks only on a 1 ms timer (or
 // at once when the waiter parks); when no one waits, it sleeps on the
 // doorbell (a futex) and senders wake it. The unix socket stays open: its
@@ -33,6 +34,7 @@
 //	join.go     setting up: inboxes, passing them, the single-copy probe
 //	hub.go      the Hub: polling, the waiters' spin accounting, the progress goroutine
 //	link.go     one pair: sending, the outbox, draining the ring, pulling, the end
+//	choose.go   pulling or pipelining a user's large message: the rates measured
 //	record.go   a frame as a ring record
 //	coll.go     the collectives through shared memory: Coll, its areas, its request
 //	collstep.go one collective's protocol: fill the slot, publish, read, combine

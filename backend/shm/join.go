@@ -54,12 +54,13 @@ const setupMagic = "CSM2"
 type Copy uint8
 
 const (
-	// CopyAuto, the default: a user's message moves pipelined, a
-	// collective's single where the kernel allows it. A point-to-point
-	// sender usually waits for its send, so two processes copying at once
-	// is fastest; in a collective every rank sends and receives at once,
-	// so the copy that costs each rank least is (docs/benchmarks.md, "The
-	// large-message copy").
+	// CopyAuto, the default: a collective's message moves single where
+	// the kernel allows it (every rank sends and receives at once, so the
+	// copy that costs each rank least is fastest: docs/benchmarks.md, "The
+	// large-message copy"); a user's message moves whichever way the
+	// receiver has measured to be faster on its link, pipelined or single
+	// (two cores that share a cache pipeline faster; two that do not,
+	// a single copy: "The copy of large messages, chosen as they move").
 	CopyAuto Copy = iota
 	// CopyPipelined: the sender writes the payload into the ring in
 	// chunks while the receiver copies them out (two copies, pipelined,

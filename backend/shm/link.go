@@ -37,6 +37,7 @@ type link struct {
 	eager    int64
 	pull     bool // the peer can read this rank's memory: offer it large sends
 	read     atomic.Bool
+	choose   chooser // pull or pipeline a user's large message (CopyAuto)
 	dead     atomic.Bool
 
 	rmu sync.Mutex
@@ -265,6 +266,9 @@ func (l *link) drain(max int) bool {
 		}
 		if err == nil {
 			if err = decode(b, l.p.EagerLimit(), &l.hdr, &l.src); err == nil {
+				if l.hdr.Kind == engine.KindData {
+					l.choose.data(&l.hdr)
+				}
 				err = l.p.Arrive(&l.hdr, &l.src)
 			}
 			l.src = record{}
@@ -288,20 +292,42 @@ func (l *link) fail(err error) {
 	l.p.Broken(err)
 }
 
-// PullAddr implements engine.Puller.
+// PullAddr implements engine.Puller: every large message is offered where
+// the peer can read this rank's memory; the peer chooses (WantPull).
 func (l *link) PullAddr(buf []byte, tag int) (uint64, bool) {
-	if !l.pull || len(buf) == 0 || (l.h.copy == CopyAuto && tag >= 0) {
+	if !l.pull || len(buf) == 0 {
 		return 0, false
 	}
 	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), true
 }
 
+// WantPull implements engine.Puller: a collective's message (a negative
+// tag) is pulled, since every rank copies at once there and one copy each
+// costs least; so is every message with CopySingle; a user's message with
+// CopyAuto is taken the way that has moved bytes faster on this link
+// (chooser).
+func (l *link) WantPull(n int64, tag int) bool {
+	switch {
+	case !l.read.Load():
+		return false
+	case tag < 0 || l.h.copy == CopySingle:
+		return true
+	case l.h.copy == CopyPipelined:
+		return false
+	}
+	return l.choose.pull()
+}
+
 // Pull implements engine.Puller: one copy out of the peer's memory.
-func (l *link) Pull(dst []byte, addr uint64) error {
+func (l *link) Pull(dst []byte, addr uint64, tag int) error {
 	if !l.read.Load() {
 		return fmt.Errorf("%w: this rank cannot read rank %d's memory", backend.ErrNotSupported, l.rank)
 	}
+	start := time.Now()
 	n, err := shmem.ReadFrom(l.pid, dst, uintptr(addr))
+	if err == nil && tag >= 0 {
+		l.choose.observe(wayPull, int64(n), time.Since(start))
+	}
 	if errors.Is(err, shmem.ErrNotSupported) {
 		l.read.Store(false)
 		return fmt.Errorf("%w: %v", backend.ErrNotSupported, err)

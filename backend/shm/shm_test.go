@@ -177,17 +177,77 @@ func TestSingleCopy(t *testing.T) {
 	exchange(t, e, []int{maxEager + 1, 3 << 20, 20 << 20})
 }
 
-// TestCopyAuto: by default a user's large message is offered pipelined
-// and a collective's (a negative tag) to be pulled, where the peer can
-// read this rank's memory; both arrive whole.
+// TestCopyAuto: by default every large message is offered for pulling
+// where the peer can read this rank's memory; the receiver pulls a
+// collective's (a negative tag) and chooses for a user's, trying both
+// ways and then taking the one it measured faster; every message arrives
+// whole.
 func TestCopyAuto(t *testing.T) {
-	e, h := pair(t)
+	e, h := pairCopy(t, CopyAuto)
 	buf := make([]byte, 1<<20)
+	canRead := h[1].links[0].read.Load()
 	_, ok := h[0].links[0].PullAddr(buf, 3)
-	assert.False(t, ok, "a user's message is offered for pulling")
+	assert.Equal(t, canRead, ok, "a user's message: offered for pulling when the peer can read")
 	_, ok = h[0].links[0].PullAddr(buf, -3)
-	assert.Equal(t, h[1].links[0].read.Load(), ok, "a collective's message: offered for pulling when the peer can read")
-	exchange(t, e, []int{maxEager + 1, 3 << 20})
+	assert.Equal(t, canRead, ok, "a collective's message: offered for pulling when the peer can read")
+	assert.Equal(t, canRead, h[1].links[0].WantPull(1<<20, -3), "a collective's message is pulled")
+	exchange(t, e, []int{maxEager + 1, 3 << 20, 3 << 20, 3 << 20, 3 << 20})
+	if !canRead {
+		t.Skip("this kernel refuses process_vm_readv between these processes: only the pipelined way")
+	}
+	pull, pipe := h[1].links[0].choose.rates()
+	assert.Positive(t, pull, "the receiver measured a pull")
+	assert.Positive(t, pipe, "the receiver measured a pipelined message")
+}
+
+// TestChooser: the receiver's choice between pulling and pipelining takes
+// the faster way once both are measured, tries the slower one once every
+// exploreEvery choices, follows a change of rates, and leaves out
+// measurements too short to tell.
+func TestChooser(t *testing.T) {
+	var c chooser
+	require.True(t, c.pull(), "nothing measured: pull first")
+	c.observe(wayPull, 1<<20, 100*time.Microsecond)
+	require.False(t, c.pull(), "the pipelined way is not measured yet")
+	c.observe(wayPipelined, 1<<20, 50*time.Microsecond)
+	pulls := 0
+	for range 10 * exploreEvery {
+		if c.pull() {
+			pulls++
+		}
+	}
+	assert.Equal(t, 10, pulls, "the slower way, pulling, once in exploreEvery")
+	for range 20 { // the pull becomes four times as fast
+		c.observe(wayPull, 1<<20, 25*time.Microsecond)
+	}
+	pulls = 0
+	for range 10 * exploreEvery {
+		if c.pull() {
+			pulls++
+		}
+	}
+	assert.Equal(t, 10*exploreEvery-10, pulls, "now pulling, the pipeline tried once in exploreEvery")
+	p0, _ := c.rates()
+	c.observe(wayPull, minMeasure-1, time.Nanosecond)
+	c.observe(wayPull, 1<<20, 0)
+	p1, _ := c.rates()
+	assert.Equal(t, p0, p1, "a short or untimed measurement is left out")
+
+	// A pipelined message's stream: the bytes after its first chunk over
+	// the time from the first chunk to the last, measured when the next
+	// message starts.
+	var s chooser
+	s.data(&engine.Header{Kind: engine.KindData, Seq: 7, SID: 0, Count: 64 << 10})
+	time.Sleep(time.Millisecond)
+	for off := int64(64 << 10); off < 4<<20; off += 64 << 10 {
+		s.data(&engine.Header{Kind: engine.KindData, Seq: 7, SID: uint64(off), Count: 64 << 10})
+	}
+	_, pipe := s.rates()
+	assert.Zero(t, pipe, "measured when the next message starts")
+	s.data(&engine.Header{Kind: engine.KindData, Seq: 8, SID: 0, Count: 64 << 10})
+	_, pipe = s.rates()
+	assert.Positive(t, pipe)
+	assert.Less(t, pipe, float64(4<<20)/1e6, "no faster than 4 MiB in the millisecond slept")
 }
 
 func TestParseCopy(t *testing.T) {

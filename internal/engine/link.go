@@ -72,9 +72,15 @@ type Puller interface {
 	// with tag, at, and whether this link offers it to be pulled (tags
 	// below 0 are the library's own messages: collectives).
 	PullAddr(buf []byte, tag int) (uint64, bool)
-	// Pull copies len(dst) bytes from the peer's memory at addr. An error
-	// matching ErrNotSupported makes the engine fall back to CTS and DATA.
-	Pull(dst []byte, addr uint64) error
+	// WantPull reports whether the receiver should pull a message of n
+	// bytes with tag that its sender offered (RTSPull), or ask for its
+	// DATA instead (CTS): a link may choose per message, by what it has
+	// measured of the two ways.
+	WantPull(n int64, tag int) bool
+	// Pull copies len(dst) bytes, a message with tag, from the peer's
+	// memory at addr. An error matching ErrNotSupported makes the engine
+	// fall back to CTS and DATA.
+	Pull(dst []byte, addr uint64, tag int) error
 }
 
 // Poller is a transport whose arrivals a waiting goroutine can take in

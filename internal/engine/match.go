@@ -125,7 +125,7 @@ func (e *Engine) deliver(r *request, m *envelope, payload []byte) {
 }
 
 // acceptRTS answers a rendezvous for receive r: it pulls the message when
-// the sender offered that and the link can, else registers r for the DATA
+// the sender offered that and the link can and wants to, else registers r for the DATA
 // and asks for it (CTS), or refuses. Called under e.mu; it unlocks.
 func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool) {
 	c := r.c
@@ -151,9 +151,9 @@ func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool)
 		}
 		return
 	}
-	if pull && p.puller != nil {
+	if pull && p.puller != nil && p.puller.WantPull(m.bytes(), m.tag) {
 		e.mu.Unlock()
-		perr := p.puller.Pull(r.buf.Bytes()[:m.bytes()], addr)
+		perr := p.puller.Pull(r.buf.Bytes()[:m.bytes()], addr, m.tag)
 		if perr == nil || !errors.Is(perr, backend.ErrNotSupported) {
 			if perr != nil {
 				// The sender's memory cannot be read: its process is gone
