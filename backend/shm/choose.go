@@ -17,18 +17,38 @@ import (
 // across the chip and the single copy wins (2-3 × on another); measured
 // in docs/benchmarks.md, "The copy of large messages, chosen as they
 // move". So the receiver measures both as messages move and takes the
-// faster, trying the other every exploreEvery messages so that a change
-// of the machine's mood is seen.
+// faster.
+//
+// It chooses per epoch of epochLen messages, so that a way is measured
+// warm, in a run of its own: the first measurement of a way after the
+// other ran is left out (a pull after a stream of pipelined messages
+// pins pages and runs code that have gone cold, and ran at a fifth of its
+// warm rate). Now and then an epoch takes the slower way, to see whether
+// the machine has changed: after exploreMin epochs, then twice as many
+// each time the slower way stays slower, up to exploreMax (a cost of a
+// sixty-fourth of the messages at most, once settled); when the other way
+// turns out faster, the choice flips and the explorations start close
+// together again.
 //
 // A pull's rate is its bytes over the time of the copy. A pipelined
 // message's rate is the bytes of its DATA after the first chunk over the
 // time from the first chunk's arrival to the last's: the stream's pace,
-// which a receiver that takes a window of messages sees back to back.
-// Either rate is a moving average.
+// which a receiver that takes a window of messages sees back to back; it
+// is measured when the next pipelined message starts. Either rate is a
+// moving average.
 type chooser struct {
-	mu    sync.Mutex
-	rate  [2]float64 // bytes per ns: [ways pulled, ways pipelined]; 0 while unmeasured
-	count uint64     // choices made
+	mu      sync.Mutex
+	rate    [2]float64 // bytes per ns: [ways pulled, ways pipelined]; 0 while unmeasured
+	count   uint64     // choices made
+	way     int        // this epoch's way
+	epochs  uint64     // epochs begun
+	explore uint64     // epochs from one exploring epoch to the next
+	next    uint64     // the epoch that explores next
+	cold    [2]int     // measurements of each way still to leave out
+	faster  int        // the faster way, once both are measured
+	// verdict, when set, is told which way is faster each time a
+	// measurement comes while both are measured; under mu.
+	verdict func(pullFaster bool)
 
 	// The pipelined message whose DATA is arriving; under the link's rmu.
 	rid         uint64
@@ -41,9 +61,19 @@ const (
 	wayPipelined
 )
 
-// exploreEvery is how often the slower way is tried: once in this many
-// large messages (a cost of at most a sixty-fourth of them).
-const exploreEvery = 64
+// The chooser's epochs: messages per epoch, and the bounds of the
+// interval between explorations, in epochs.
+const (
+	epochLen   = 16
+	exploreMin = 4
+	exploreMax = 64
+)
+
+// coldMeasures is how many measurements of a way are left out after the
+// other way ran: a pull's first; for the pipeline, the message left over
+// from its last run (measured only when the next one starts) and the
+// first of the new run.
+var coldMeasures = [2]int{wayPull: 1, wayPipelined: 2}
 
 // minMeasure is the fewest bytes a measurement must cover to count: a
 // shorter one is mostly the cost of starting it.
@@ -53,18 +83,35 @@ const minMeasure = 128 << 10
 func (c *chooser) pull() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.count%epochLen == 0 {
+		c.begin()
+	}
 	c.count++
+	return c.way == wayPull
+}
+
+// begin starts an epoch: its way is the one not measured yet, else the
+// faster, else, when an exploration is due, the slower. Under mu.
+func (c *chooser) begin() {
+	c.epochs++
+	way := c.way
 	switch {
 	case c.rate[wayPull] == 0:
-		return true
+		way = wayPull
 	case c.rate[wayPipelined] == 0:
-		return false
+		way = wayPipelined
+	default:
+		way = c.faster
+		if c.epochs >= c.next {
+			way = 1 - c.faster
+			c.next = c.epochs + c.explore
+			c.explore = min(2*c.explore, exploreMax)
+		}
 	}
-	faster := c.rate[wayPull] >= c.rate[wayPipelined]
-	if c.count%exploreEvery == 0 {
-		return !faster
+	if way != c.way || c.epochs == 1 {
+		c.cold[way] = coldMeasures[way]
 	}
-	return faster
+	c.way = way
 }
 
 // observe folds one measurement of way into its average.
@@ -74,12 +121,31 @@ func (c *chooser) observe(way int, n int64, d time.Duration) {
 	}
 	r := float64(n) / float64(d.Nanoseconds())
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cold[way] > 0 {
+		c.cold[way]--
+		return
+	}
 	if old := c.rate[way]; old == 0 {
 		c.rate[way] = r
 	} else {
 		c.rate[way] = old + (r-old)/4
 	}
-	c.mu.Unlock()
+	if c.rate[wayPull] == 0 || c.rate[wayPipelined] == 0 {
+		return
+	}
+	faster := wayPipelined
+	if c.rate[wayPull] >= c.rate[wayPipelined] {
+		faster = wayPull
+	}
+	if faster != c.faster || c.explore == 0 {
+		// A new verdict: look again soon.
+		c.faster, c.explore = faster, exploreMin
+		c.next = c.epochs + exploreMin
+	}
+	if c.verdict != nil {
+		c.verdict(faster == wayPull)
+	}
 }
 
 // data notes a DATA record of a pipelined message as it arrives; under

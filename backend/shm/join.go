@@ -230,7 +230,9 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (
 			seg.Close()
 			return nil, err
 		}
-		h.links[i] = &link{h: h, rank: lc.Rank, uc: lc.Conn, in: in}
+		l := &link{h: h, rank: lc.Rank, uc: lc.Conn, in: in}
+		l.choose.verdict = l.advise
+		h.links[i] = l
 	}
 	errs := make([]error, len(locals))
 	var wg sync.WaitGroup

@@ -191,7 +191,11 @@ func TestCopyAuto(t *testing.T) {
 	_, ok = h[0].links[0].PullAddr(buf, -3)
 	assert.Equal(t, canRead, ok, "a collective's message: offered for pulling when the peer can read")
 	assert.Equal(t, canRead, h[1].links[0].WantPull(1<<20, -3), "a collective's message is pulled")
-	exchange(t, e, []int{maxEager + 1, 3 << 20, 3 << 20, 3 << 20, 3 << 20})
+	sizes := []int{maxEager + 1, 3 << 20}
+	for range 2 * epochLen { // an epoch of each way, with some to spare
+		sizes = append(sizes, 256<<10)
+	}
+	exchange(t, e, sizes)
 	if !canRead {
 		t.Skip("this kernel refuses process_vm_readv between these processes: only the pipelined way")
 	}
@@ -200,33 +204,43 @@ func TestCopyAuto(t *testing.T) {
 	assert.Positive(t, pipe, "the receiver measured a pipelined message")
 }
 
-// TestChooser: the receiver's choice between pulling and pipelining takes
-// the faster way once both are measured, tries the slower one once every
-// exploreEvery choices, follows a change of rates, and leaves out
-// measurements too short to tell.
+// TestChooser: the receiver's choice between pulling and pipelining goes
+// by epochs: each way is measured in turn (its first measurement after the
+// other ran left out), then the faster is taken, the slower tried for an
+// epoch at growing intervals; a change of rates flips the choice, and
+// measurements too short to tell are left out.
 func TestChooser(t *testing.T) {
 	var c chooser
-	require.True(t, c.pull(), "nothing measured: pull first")
-	c.observe(wayPull, 1<<20, 100*time.Microsecond)
-	require.False(t, c.pull(), "the pipelined way is not measured yet")
-	c.observe(wayPipelined, 1<<20, 50*time.Microsecond)
-	pulls := 0
-	for range 10 * exploreEvery {
-		if c.pull() {
-			pulls++
+	choose := func(epochs int) (pulls int) {
+		for range epochs * epochLen {
+			if c.pull() {
+				pulls++
+			}
 		}
+		return pulls
 	}
-	assert.Equal(t, 10, pulls, "the slower way, pulling, once in exploreEvery")
-	for range 20 { // the pull becomes four times as fast
+	require.Equal(t, epochLen, choose(1), "nothing measured: an epoch of pulls")
+	c.observe(wayPull, 1<<20, 10*time.Microsecond) // cold: left out
+	p, _ := c.rates()
+	assert.Zero(t, p, "the first pull is left out")
+	c.observe(wayPull, 1<<20, 100*time.Microsecond)
+	require.Zero(t, choose(1), "the pipeline not measured yet: an epoch of it")
+	for range 3 { // two left out, then one counted
+		c.observe(wayPipelined, 1<<20, 50*time.Microsecond)
+	}
+	pull, pipe := c.rates()
+	require.Positive(t, pipe)
+	require.Greater(t, pipe, pull)
+	// Pipelined is faster: pulls only in the exploring epochs, 4, 8, 16,
+	// 32 and 64 epochs on.
+	assert.Equal(t, 5*epochLen, choose(100))
+
+	// The pull becomes four times as fast: the choice flips.
+	for range 20 {
 		c.observe(wayPull, 1<<20, 25*time.Microsecond)
 	}
-	pulls = 0
-	for range 10 * exploreEvery {
-		if c.pull() {
-			pulls++
-		}
-	}
-	assert.Equal(t, 10*exploreEvery-10, pulls, "now pulling, the pipeline tried once in exploreEvery")
+	assert.Equal(t, 100*epochLen-5*epochLen, choose(100), "now pulling, the pipeline tried at growing intervals")
+
 	p0, _ := c.rates()
 	c.observe(wayPull, minMeasure-1, time.Nanosecond)
 	c.observe(wayPull, 1<<20, 0)
@@ -242,7 +256,7 @@ func TestChooser(t *testing.T) {
 	for off := int64(64 << 10); off < 4<<20; off += 64 << 10 {
 		s.data(&engine.Header{Kind: engine.KindData, Seq: 7, SID: uint64(off), Count: 64 << 10})
 	}
-	_, pipe := s.rates()
+	_, pipe = s.rates()
 	assert.Zero(t, pipe, "measured when the next message starts")
 	s.data(&engine.Header{Kind: engine.KindData, Seq: 8, SID: 0, Count: 64 << 10})
 	_, pipe = s.rates()
@@ -567,4 +581,36 @@ func TestFailedPullLosesPeer(t *testing.T) {
 		later.Release()
 	}
 	require.ErrorIs(t, err, backend.ErrPeerLost, "rank 0 is not marked lost")
+}
+
+// TestAdvice: a receiver that measures pulling faster than the ring
+// advises its peer, through the ring the peer fills, to announce messages
+// from pullFloor up instead of copying them through the ring, and to send
+// them whole again when the ring becomes faster; messages between the
+// floor and the eager limit arrive whole either way.
+func TestAdvice(t *testing.T) {
+	e, h := pairCopy(t, CopyAuto)
+	send, recv := h[0].links[0], h[1].links[0]
+	if !recv.read.Load() {
+		t.Skip("this kernel refuses process_vm_readv between these processes: nothing to advise")
+	}
+	require.Equal(t, int64(pullFloor), send.EagerFloor())
+	assert.True(t, send.SendWhole(48<<10), "no advice yet: whole up to the eager limit")
+
+	recv.choose.observe(wayPull, 1<<20, 50*time.Microsecond)
+	assert.True(t, send.SendWhole(48<<10), "one way measured: no verdict")
+	recv.choose.observe(wayPipelined, 1<<20, 100*time.Microsecond)
+	assert.False(t, send.SendWhole(48<<10), "pulling is faster: announce")
+	before := recv.choose.count
+	exchange(t, e, []int{pullFloor, pullFloor + 1, 48 << 10, maxEager})
+	assert.Equal(t, before+3, recv.choose.count, "the three over the floor were announced, the receiver choosing how to take each")
+
+	for range 10 {
+		recv.choose.observe(wayPipelined, 1<<20, 10*time.Microsecond)
+	}
+	assert.True(t, send.SendWhole(48<<10), "the ring is faster now: whole again")
+	exchange(t, e, []int{pullFloor + 1, maxEager})
+
+	_, hp := pairCopy(t, CopyPipelined)
+	assert.Equal(t, hp[0].links[0].EagerLimit(), hp[0].links[0].EagerFloor(), "CopyPipelined: the eager limit is fixed")
 }
