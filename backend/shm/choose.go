@@ -46,9 +46,6 @@ type chooser struct {
 	next    uint64     // the epoch that explores next
 	cold    [2]int     // measurements of each way still to leave out
 	faster  int        // the faster way, once both are measured
-	// verdict, when set, is told which way is faster each time a
-	// measurement comes while both are measured; under mu.
-	verdict func(pullFaster bool)
 
 	// The pipelined message whose DATA is arriving; under the link's rmu.
 	rid         uint64
@@ -142,9 +139,6 @@ func (c *chooser) observe(way int, n int64, d time.Duration) {
 		// A new verdict: look again soon.
 		c.faster, c.explore = faster, exploreMin
 		c.next = c.epochs + exploreMin
-	}
-	if c.verdict != nil {
-		c.verdict(faster == wayPull)
 	}
 }
 

@@ -230,9 +230,7 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (
 			seg.Close()
 			return nil, err
 		}
-		l := &link{h: h, rank: lc.Rank, uc: lc.Conn, in: in}
-		l.choose.verdict = l.advise
-		h.links[i] = l
+		h.links[i] = &link{h: h, rank: lc.Rank, uc: lc.Conn, in: in}
 	}
 	errs := make([]error, len(locals))
 	var wg sync.WaitGroup

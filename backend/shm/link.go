@@ -83,45 +83,6 @@ const alignFrom = 2048
 // EagerLimit implements engine.Link.
 func (l *link) EagerLimit() int64 { return l.eager }
 
-// pullFloor is the largest user message sent whole to a peer that pulls
-// large messages faster than it takes them through the ring: from there
-// up to the eager limit a pull beats two copies through the ring on such
-// a machine, and below it the RTS's round trip costs more than the copy
-// saves (docs/benchmarks.md, "The copy of large messages, chosen as they
-// move").
-const pullFloor = 32 << 10
-
-// Advice a receiver leaves in the ring its peer fills (shmem.Ring.SetHint).
-const (
-	adviseNone uint32 = iota // send whole up to the eager limit
-	advisePull               // pulling is faster here: announce from pullFloor
-)
-
-// EagerFloor implements engine.EagerChooser: with CopyAuto, to a peer
-// that can pull, messages from pullFloor up go whole or announced as the
-// peer advises (SendWhole); otherwise the eager limit is fixed.
-func (l *link) EagerFloor() int64 {
-	if l.pull && l.h.copy == CopyAuto {
-		return min(pullFloor, l.eager)
-	}
-	return l.eager
-}
-
-// SendWhole implements engine.EagerChooser: a message over EagerFloor
-// goes whole unless the peer has found pulling faster (one load of a line
-// the peer writes only when its verdict changes).
-func (l *link) SendWhole(int64) bool { return l.out.Hint() != advisePull }
-
-// advise is the chooser's verdict, left for the peer in the ring it
-// fills.
-func (l *link) advise(pullFaster bool) {
-	if pullFaster {
-		l.in.SetHint(advisePull)
-	} else {
-		l.in.SetHint(adviseNone)
-	}
-}
-
 // Send implements engine.Link: the frame goes straight into the ring, or,
 // when the ring is full, into the outbox, copied, in order.
 func (l *link) Send(h engine.Header, payload []byte) error {

@@ -582,35 +582,3 @@ func TestFailedPullLosesPeer(t *testing.T) {
 	}
 	require.ErrorIs(t, err, backend.ErrPeerLost, "rank 0 is not marked lost")
 }
-
-// TestAdvice: a receiver that measures pulling faster than the ring
-// advises its peer, through the ring the peer fills, to announce messages
-// from pullFloor up instead of copying them through the ring, and to send
-// them whole again when the ring becomes faster; messages between the
-// floor and the eager limit arrive whole either way.
-func TestAdvice(t *testing.T) {
-	e, h := pairCopy(t, CopyAuto)
-	send, recv := h[0].links[0], h[1].links[0]
-	if !recv.read.Load() {
-		t.Skip("this kernel refuses process_vm_readv between these processes: nothing to advise")
-	}
-	require.Equal(t, int64(pullFloor), send.EagerFloor())
-	assert.True(t, send.SendWhole(48<<10), "no advice yet: whole up to the eager limit")
-
-	recv.choose.observe(wayPull, 1<<20, 50*time.Microsecond)
-	assert.True(t, send.SendWhole(48<<10), "one way measured: no verdict")
-	recv.choose.observe(wayPipelined, 1<<20, 100*time.Microsecond)
-	assert.False(t, send.SendWhole(48<<10), "pulling is faster: announce")
-	before := recv.choose.count
-	exchange(t, e, []int{pullFloor, pullFloor + 1, 48 << 10, maxEager})
-	assert.Equal(t, before+3, recv.choose.count, "the three over the floor were announced, the receiver choosing how to take each")
-
-	for range 10 {
-		recv.choose.observe(wayPipelined, 1<<20, 10*time.Microsecond)
-	}
-	assert.True(t, send.SendWhole(48<<10), "the ring is faster now: whole again")
-	exchange(t, e, []int{pullFloor + 1, maxEager})
-
-	_, hp := pairCopy(t, CopyPipelined)
-	assert.Equal(t, hp[0].links[0].EagerLimit(), hp[0].links[0].EagerFloor(), "CopyPipelined: the eager limit is fixed")
-}

@@ -18,11 +18,6 @@ type Peer struct {
 	puller Puller
 	eager  int64
 
-	// Sending whole: every message up to floor; up to eager, those the
-	// link's chooser says (floor is eager when the link has none).
-	floor   int64
-	chooser EagerChooser
-
 	lost    error                   // under e.mu: why operations with this peer fail
 	down    atomic.Pointer[error]   // the same, for senders that do not take e.mu
 	bye     atomic.Bool             // the peer said it closed its communicator
@@ -60,12 +55,6 @@ func (p *Peer) Rank() int { return p.rank }
 
 // EagerLimit is the largest payload an EAGER frame from this peer may carry.
 func (p *Peer) EagerLimit() int64 { return p.eager }
-
-// whole reports whether a message of n bytes to this peer goes whole
-// (EAGER) now, not announced (RTS).
-func (p *Peer) whole(n int64) bool {
-	return n <= p.floor || n <= p.eager && p.chooser.SendWhole(n)
-}
 
 // Bye reports whether the peer has said goodbye: nothing more comes from
 // it.

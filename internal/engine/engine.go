@@ -118,10 +118,6 @@ func (e *Engine) Size() int { return e.size }
 func (e *Engine) Attach(rank int, l Link) *Peer {
 	p := &Peer{e: e, rank: rank, link: l, eager: min(l.EagerLimit(), EagerLimit)}
 	p.puller, _ = l.(Puller)
-	p.floor = p.eager
-	if ch, ok := l.(EagerChooser); ok {
-		p.chooser, p.floor = ch, min(ch.EagerFloor(), p.eager)
-	}
 	e.peers[rank] = p
 	return p
 }

@@ -32,7 +32,7 @@ func (c *Comm) Isend(buf backend.Buffer, dest, tag int, caller uintptr) (backend
 		return r, nil
 	}
 	p := c.peer(dest)
-	if p.whole(buf.Len()) {
+	if buf.Len() <= p.eager {
 		if err := p.sendEager(c, buf, dest, tag); err != nil {
 			r.Release()
 			return nil, err
@@ -75,7 +75,7 @@ func (c *Comm) Send(buf backend.Buffer, dest, tag int, caller uintptr) (bool, er
 		return false, nil
 	}
 	p := c.peer(dest)
-	if !p.whole(buf.Len()) {
+	if buf.Len() > p.eager {
 		return false, nil
 	}
 	if err := c.revokedFor(tag); err != nil {

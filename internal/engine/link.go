@@ -83,19 +83,6 @@ type Puller interface {
 	Pull(dst []byte, addr uint64, tag int) error
 }
 
-// EagerChooser is a Link whose limit for sending a message whole moves,
-// between a floor and EagerLimit, with what it has learnt of the peer: a
-// message over the floor may be better announced (RTS) and pulled by the
-// peer than copied through the link twice.
-type EagerChooser interface {
-	// EagerFloor is the largest payload always sent whole (at most
-	// EagerLimit); the engine asks SendWhole only above it.
-	EagerFloor() int64
-	// SendWhole reports whether a message of n bytes, over EagerFloor and
-	// up to EagerLimit, is sent whole now.
-	SendWhole(n int64) bool
-}
-
 // Poller is a transport whose arrivals a waiting goroutine can take in
 // itself, instead of waiting to be woken by the transport's own goroutine:
 // the shared-memory transport polls its rings. A goroutine in Wait calls

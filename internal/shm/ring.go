@@ -14,7 +14,6 @@ import (
 //	128  tail     uint64   producer's index, as of its last WantSpace
 //	256  head     uint64   consumer's index: bytes ever consumed
 //	384  want     uint32   1 while the producer waits for space
-//	448  hint     uint32   the consumer's advice to the producer (SetHint)
 //	512  data     capacity bytes of records
 //
 // Each shared word has a 128-byte block of its own: a 64-byte cache line,
@@ -44,7 +43,6 @@ const (
 	offTail  = 1 * ringLine
 	offHead  = 2 * ringLine
 	offWant  = 3 * ringLine
-	offHint  = offWant + 64
 	ringHdr  = 4 * ringLine
 	ringLine = 128
 
@@ -102,7 +100,6 @@ type Ring struct {
 	tailW  *atomic.Uint64
 	headW  *atomic.Uint64
 	wantW  *atomic.Uint32
-	hintW  *atomic.Uint32
 
 	// The producer's side; its index is its own copy, never read back.
 	tail     uint64 // committed
@@ -146,7 +143,6 @@ func NewRing(mem []byte, capacity int) (*Ring, error) {
 	r.tailW.Store(0)
 	r.headW.Store(0)
 	r.wantW.Store(0)
-	r.hintW.Store(0)
 	r.setHdr(0, 0) // nothing yet at the consumer's index
 	*(*uint64)(unsafe.Pointer(&mem[offCap])) = uint64(capacity)
 	word64(mem, offMagic).Store(ringMagic) // last: an attacher that sees it sees the rest
@@ -199,7 +195,6 @@ func newRing(mem []byte, c uint64) *Ring {
 		tailW:  word64(mem, offTail),
 		headW:  word64(mem, offHead),
 		wantW:  (*atomic.Uint32)(unsafe.Pointer(&mem[offWant])),
-		hintW:  (*atomic.Uint32)(unsafe.Pointer(&mem[offHint])),
 	}
 }
 
@@ -384,21 +379,6 @@ func (r *Ring) WantSpace() {
 	r.tailW.Store(r.tail) // for TakeSpaceWanted's measure of the room
 	r.wantW.Store(1)
 }
-
-// SetHint is the consumer's advice to the producer, a word it reads with
-// Hint (0 until set): what the consumer has learnt about how it prefers to
-// be sent to. It is stored only when it changes, so a producer that reads
-// it per message keeps its line in cache.
-func (r *Ring) SetHint(v uint32) {
-	if r.hintW.Load() != v {
-		r.hintW.Store(v)
-	}
-}
-
-// Hint returns the consumer's advice (SetHint): one load. The memory is
-// the other process's to write: the value is advice, never trusted as
-// more.
-func (r *Ring) Hint() uint32 { return r.hintW.Load() }
 
 // SpaceWanted reports whether the producer has said it waits for room and
 // no TakeSpaceWanted has cleared it since. It is one load.
