@@ -91,19 +91,18 @@ func (c *chooser) pull() bool {
 // faster, else, when an exploration is due, the slower. Under mu.
 func (c *chooser) begin() {
 	c.epochs++
-	way := c.way
+	var way int
 	switch {
 	case c.rate[wayPull] == 0:
 		way = wayPull
 	case c.rate[wayPipelined] == 0:
 		way = wayPipelined
-	default:
+	case c.epochs < c.next:
 		way = c.faster
-		if c.epochs >= c.next {
-			way = 1 - c.faster
-			c.next = c.epochs + c.explore
-			c.explore = min(2*c.explore, exploreMax)
-		}
+	default: // an exploration is due
+		way = 1 - c.faster
+		c.next = c.epochs + c.explore
+		c.explore = min(2*c.explore, exploreMax)
 	}
 	if way != c.way || c.epochs == 1 {
 		c.cold[way] = coldMeasures[way]
