@@ -92,7 +92,8 @@ type cudaIPC struct {
 // ipcCache is the mappings of one peer's memory, most recently used first.
 type ipcCache struct {
 	byID map[uint64]*list.Element
-	lru  list.List // of *ipcMapping
+	lru  list.List    // of *ipcMapping
+	n    atomic.Int64 // lru's length, for readers other than the copier (open)
 }
 
 type ipcMapping struct {
@@ -281,6 +282,7 @@ func (m *cudaIPC) mapping(peer int, r cuda.IPCRegion) (cuda.Slice[byte], error) 
 		return s, fmt.Errorf("opening the sender's memory (allocation %d, %d bytes): %w", r.ID, r.Size, err)
 	}
 	c.byID[r.ID] = c.lru.PushFront(&ipcMapping{id: r.ID, s: s})
+	c.n.Add(1)
 	for c.lru.Len() > ipcCacheMax {
 		// A copy queued from the mapping may not have run yet.
 		if err := m.streams[peer].Synchronize(); err != nil {
@@ -304,12 +306,14 @@ func (m *cudaIPC) forget(peer int, id uint64) {
 // queued from it may be still to run.
 func (c *ipcCache) drop(e *list.Element) {
 	old := c.lru.Remove(e).(*ipcMapping)
+	c.n.Add(-1)
 	delete(c.byID, old.id)
 	old.s.CloseIPC()
 }
 
-// open reports how many mappings of peer's memory are open (tests).
-func (m *cudaIPC) open(peer int) int { return m.maps[peer].lru.Len() }
+// open reports how many mappings of peer's memory are open (tests): from
+// any goroutine, while the copier opens and closes them.
+func (m *cudaIPC) open(peer int) int { return int(m.maps[peer].n.Load()) }
 
 func (m *cudaIPC) follow(peer int, ev *cuda.Event) error {
 	return m.streams[peer].WaitEvent(ev)
