@@ -32,7 +32,8 @@ type Config struct {
 	// Reps is how many times each figure is measured; the median is kept.
 	Reps int
 	// Budget roughly bounds the bytes moved per measurement, to size the
-	// number of iterations.
+	// number of iterations (the stream patterns move up to 8 budgets'
+	// worth, in at most 200 sends).
 	Budget int64
 	// LatencyTime is about how long the timed part of each latency
 	// measurement takes (0: DefaultLatencyTime).
@@ -137,7 +138,10 @@ func Run(c *mp.Comm, cfg Config, emit func(Row)) ([]Row, error) {
 			err   error
 		)
 		if cfg.Pattern != "osu" {
-			count := int(min(max((8<<30)/int64(max(n, 1)), 3), 200))
+			// 200 sends as bench/nccl/p2p.c makes, fewer from 40 MiB
+			// (8 budgets' worth: 8 GiB with the default budget), at
+			// least 3.
+			count := int(min(max(8*cfg.Budget/int64(max(n, 1)), 3), 200))
 			var in *mem
 			if back != nil {
 				in = back.sub(n)
