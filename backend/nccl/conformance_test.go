@@ -22,7 +22,11 @@ import (
 func fakeRunner(opts ...mp.Option) conformance.Runner {
 	return func(t *testing.T, n int, f func(t conformance.T, c *mp.Comm)) {
 		t.Helper()
-		cfg := ranktest.Config{Backend: "nccl-fake", Options: opts, Timeout: 10 * time.Second}
+		// 20 s a wait, and 35 s a case: the heaviest case (Coll/Thresholds
+		// on 4 ranks) takes 6 s alone under -race, and in CI, beside the
+		// other packages' race tests on 2 cores, it once ran past the 25 s
+		// that 10 s gave.
+		cfg := ranktest.Config{Backend: "nccl-fake", Options: opts, Timeout: 20 * time.Second}
 		ranktest.RunConfig(t, n, cfg, func(rt *ranktest.T, c *mp.Comm) { f(rt, c) })
 	}
 }
