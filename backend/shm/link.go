@@ -266,7 +266,7 @@ func (l *link) drain(max int) bool {
 		}
 		if err == nil {
 			if err = decode(b, l.p.EagerLimit(), &l.hdr, &l.src); err == nil {
-				if l.hdr.Kind == engine.KindData {
+				if l.hdr.Kind == engine.KindData && l.h.copy == CopyAuto {
 					l.choose.data(&l.hdr)
 				}
 				err = l.p.Arrive(&l.hdr, &l.src)
@@ -323,9 +323,13 @@ func (l *link) Pull(dst []byte, addr uint64, tag int) error {
 	if !l.read.Load() {
 		return fmt.Errorf("%w: this rank cannot read rank %d's memory", backend.ErrNotSupported, l.rank)
 	}
-	start := time.Now()
+	measure := tag >= 0 && l.h.copy == CopyAuto // the chooser's (WantPull)
+	var start time.Time
+	if measure {
+		start = time.Now()
+	}
 	n, err := shmem.ReadFrom(l.pid, dst, uintptr(addr))
-	if err == nil && tag >= 0 {
+	if err == nil && measure {
 		l.choose.observe(wayPull, int64(n), time.Since(start))
 	}
 	if errors.Is(err, shmem.ErrNotSupported) {

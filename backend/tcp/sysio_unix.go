@@ -42,8 +42,8 @@ func probeControl(rc syscall.RawConn) bool {
 // call on most of its ticks and handed the P to another thread, which the
 // waiter's thread then had to win back by sleeping and being woken: about
 // 196,000 context switches in a 2-rank TCP ping-pong that Open MPI runs
-// with 1,500 (docs/benchmarks.md, "TCP without the runtime's system-call
-// hand-off").
+// with 1,500 (docs/benchmarks.md, "TCP: the waiters' reads as raw system
+// calls").
 func (s *sysIO) init() {
 	s.readFn = func(fd uintptr) {
 		for {

@@ -27,12 +27,12 @@ import (
 // its own index, and a record is published by the store of its header
 // (atomic, after its bytes), so an arrival is one cache line to move, the
 // one the record is in, not a line holding an index and then the record's.
-// A header is the length with bit 62 set (recFlag), and bit 61 (slotFlag)
-// when a small record takes the rest of its line (ReserveLine); or, for a padding
-// record, the length of its body with bit 63 set: padding fills the data's
-// tail when the next record would straddle the end (the record then
-// starts at position 0), or moves a record forward so that a byte of it is
-// aligned (ReserveAligned). A zero header is "nothing yet": the producer
+// A header is the length with bit 62 set (recFlag), and bit 61
+// (slotFlag) when a small record takes the rest of its line
+// (ReserveLine); or, for a padding record, the length of its body with
+// bit 63 set: padding fills the data's tail when the next record would
+// straddle the end (the record then starts at position 0), or moves a
+// record forward so that a byte of it is aligned (ReserveAligned). A zero header is "nothing yet": the producer
 // zeroes the header after each record before it publishes the record, and
 // publishes a record's padding after the record, so the first header the
 // consumer can see is always the one stored last. The producer keeps 8
@@ -88,8 +88,8 @@ const (
 // the two processes' mappings are the same physical pages, and cache
 // coherence works on physical memory, so a record's bytes stored before
 // the release store of its header are visible to the process whose
-// acquire load sees that header, exactly as between two threads. The compiler does
-// not move memory accesses across a sync/atomic call. The loads and
+// acquire load sees that header, exactly as between two threads. The
+// compiler does not move memory accesses across a sync/atomic call. The loads and
 // stores are sequentially consistent, which the WantSpace and Bell
 // protocols need (a store, then a load of the other side's word).
 type Ring struct {
@@ -107,11 +107,11 @@ type Ring struct {
 	pend     uint64 // the tail once the reserved record is committed
 	reserved bool
 	perr     error
-	// The reserved record, as Commit publishes it: its header's place,
-	// and the places of the padding before it (noPad: none).
-	recPos, recN     uint64
-	recSlot          bool
-	alignPos, padPos uint64
+	// The reserved record, as Commit publishes it: its header's place and
+	// word, where it ends, and the places of the padding before it
+	// (noPad: none).
+	recPos, recHdrW, recEnd uint64
+	alignPos, padPos        uint64
 
 	// The consumer's side.
 	head  uint64 // consumed
@@ -313,7 +313,10 @@ func (r *Ring) reserve(n, off, align int, slot bool) []byte {
 		r.alignPos = pos
 		pos += g
 	}
-	r.recPos, r.recN, r.recSlot = pos, uint64(n), slot
+	r.recPos, r.recHdrW, r.recEnd = pos, recFlag|uint64(n), pos+need(pos)
+	if slot {
+		r.recHdrW |= slotFlag
+	}
 	r.pend, r.reserved = r.tail+total, true
 	p := int(pos) + recHdr
 	return r.data[p : p+n : p+n]
@@ -327,8 +330,9 @@ func (r *Ring) setHdr(pos, h uint64) {
 }
 
 // Commit publishes the record Reserve returned (a release store of its
-// header, or of its padding's): the consumer may see it from now on, and the producer
-// must not touch its slice again. Commit without a Reserve panics.
+// header, or of its padding's): the consumer may see it from now on, and
+// the producer must not touch its slice again. Commit without a Reserve
+// panics.
 func (r *Ring) Commit() {
 	if !r.reserved {
 		panic("shm: Commit without Reserve")
@@ -336,13 +340,8 @@ func (r *Ring) Commit() {
 	// The next record's header is zero before anything here can be seen.
 	// Then the headers, the last one first: the one at the old tail, which
 	// the consumer polls, is stored last, atomically (a release store).
-	first, h := r.recPos, recFlag|r.recN
-	end := r.recPos + (r.recN+recHdr+7)&^7
-	if r.recSlot {
-		h |= slotFlag
-		end = (r.recPos + lineSize) &^ (lineSize - 1)
-	}
-	r.setHdr(end&r.mask, 0)
+	r.setHdr(r.recEnd&r.mask, 0)
+	first, h := r.recPos, r.recHdrW
 	if r.alignPos != noPad {
 		r.setHdr(first, h)
 		first, h = r.alignPos, padFlag|(r.recPos-r.alignPos-recHdr)
@@ -387,8 +386,8 @@ func (r *Ring) SpaceWanted() bool { return r.wantW.Load() != 0 }
 // TakeSpaceWanted is the consumer's check after Consume: it reports
 // whether the producer waits for room and half the ring is free (as of
 // the producer's index at its WantSpace), and then clears the flag.
-// Waiting for half (any record fits in half the ring: MaxRecord) keeps a producer that streams large messages from being
-// woken for every record the consumer frees: it is woken once per half a
+// Waiting for half (any record fits in half the ring: MaxRecord) keeps a
+// producer that streams large messages from being woken for every record the consumer frees: it is woken once per half a
 // ring, and the two sides copy at once, each in its half. The consumer
 // that leaves the flag set frees more later, since the records that fill
 // the ring are still there for it to take; once the ring is empty, half
