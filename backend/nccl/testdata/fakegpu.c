@@ -200,8 +200,8 @@ struct mem {
 
 static uint64_t mem_serials;
 
-// The address and size of the last device allocation freed: the next one
-// of the same size takes the same address if it is still free, as a GPU's
+// The address and size of the last device allocation freed, kept reserved:
+// the next allocation of the same size takes the same address, as a GPU's
 // allocator often does, so the tests meet memory reused at an address a
 // peer has seen (and may have a stale mapping of).
 static void *freed_at;
@@ -871,12 +871,16 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
 		free(m);
 		return CU_OUT_OF_MEMORY;
 	}
-	LOCK();
-	void *hint = freed_n == n ? freed_at : NULL;
-	freed_at = NULL, freed_n = 0;
-	UNLOCK();
 	m->p = MAP_FAILED;
-	if (hint != NULL) m->p = mmap(hint, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, m->fd, 0);
+	LOCK();
+	if (freed_at != NULL && freed_n == n) {
+		// The range is still reserved (see free_mem): nothing else
+		// can have been mapped there, so the address is reused for
+		// certain, whatever else was allocated in between.
+		m->p = mmap(freed_at, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m->fd, 0);
+		if (m->p != MAP_FAILED) freed_at = NULL, freed_n = 0;
+	}
+	UNLOCK();
 	if (m->p == MAP_FAILED) m->p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
 	if (m->p == MAP_FAILED) {
 		close(m->fd);
@@ -901,9 +905,19 @@ static CUresult free_mem(void *p, int dev) {
 		if (m->p == p && m->dev == dev && !m->opened) {
 			*pm = m->next;
 			if (dev >= 0) {
-				munmap(m->p, m->n);
+				// The last freed range stays reserved, unreadable,
+				// until an allocation of its size takes it: the
+				// next such allocation gets the same address (as a
+				// real allocator often gives), and a stale access
+				// still faults.
+				if (freed_at != NULL) munmap(freed_at, freed_n);
+				if (mmap(m->p, m->n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+					munmap(m->p, m->n);
+					freed_at = NULL, freed_n = 0;
+				} else {
+					freed_at = m->p, freed_n = m->n;
+				}
 				close(m->fd);
-				freed_at = m->p, freed_n = m->n;
 			} else {
 				free(m->p);
 			}
