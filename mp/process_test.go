@@ -122,6 +122,13 @@ func TestKilledPeerEndsSharedCollective(t *testing.T) {
 	killedPeer(t, "host", "victim-coll")
 }
 
+// lossBound is how soon after the kill the survivors' calls must end: 2 s,
+// the bound the transports promise; 10 s under the race detector, whose
+// ranks are instrumented processes that CI runs beside every other
+// package's race tests on 2 cores (one such run took past 2 s on a rank
+// that CI's plain run ends in milliseconds).
+var lossBound = map[bool]time.Duration{false: 2 * time.Second, true: 10 * time.Second}[raceOn]
+
 func killedPeer(t *testing.T, backend, role string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -153,8 +160,8 @@ func killedPeer(t *testing.T, backend, role string) {
 			if role == "victim-coll" {
 				require.Contains(t, line, "through shared memory true", "rank %d", i)
 			}
-		case <-time.After(2*time.Second - time.Since(killed)):
-			t.Fatalf("rank %d's receive from the killed rank did not end within 2 s", i)
+		case <-time.After(lossBound - time.Since(killed)):
+			t.Fatalf("rank %d's receive from the killed rank did not end within %v", i, lossBound)
 		}
 		require.NoError(t, procs[i].Wait())
 	}
