@@ -21,41 +21,47 @@ import (
 //
 // Memory: each rank's inbox ends with its collective area (collArea),
 // which the other ranks map with the inbox: a line with its sequence word,
-// a line with the bell its waiter sleeps on, and collSlots slots, each a
-// head line (the number of the call that last filled the slot, what it
-// holds, and up to collInline bytes of data) and collSlot bytes of data.
+// a line with the bell its waiter sleeps on, collHeads head lines side by
+// side (each the number of the call that last filled it, what that call
+// holds, and up to collInline bytes of its data), then collSlots slots of
+// collSlot bytes for the data that does not fit a head.
 //
 // The protocol, for the k-th collective of the communicator (every rank
-// counts alike; S = collSlots, slot k mod S):
+// counts alike): call k uses head k mod H (H = collHeads) and, when its
+// part does not fit there, slot k mod S (S = collSlots); D is H for a
+// call whose part fits its head, S otherwise:
 //
 //  1. A rank that writes (all of them; the root alone for Bcast) waits
-//     until every rank's sequence word is at least k−S+1, copies its send
+//     until every rank's sequence word is at least k−D+1, copies its send
 //     buffer into its slot k mod S (into the head line itself when it
-//     fits there), stores the slot's descriptor in the head, and then k.
+//     fits there), stores the call's descriptor in the head, and then k.
 //  2. Every rank stores k in its sequence word and rings the others'
-//     bells: k says it has entered call k, its slot (if it writes) is
+//     bells: k says it has entered call k, its head (if it writes) is
 //     filled, and it has finished reading every earlier call.
 //  3. A rank that reads (all of them; the non-roots for Bcast, the root
-//     for Reduce) waits until the head of slot k mod S of each rank it
-//     reads says k, checks that rank's descriptor against its own (a rank
-//     that calls another collective, type, count, operator or root makes
+//     for Reduce) waits until head k mod H of each rank it reads says k,
+//     checks that rank's descriptor against its own (a rank that calls
+//     another collective, type, count, operator or root makes
 //     ErrMismatch; a rank whose sequence word passed k without filling
-//     the slot called one where it writes nothing), and copies or reduces
-//     the slots, in rank order.
+//     the head called one where it writes nothing), and copies or reduces
+//     the parts, in rank order.
 //
 // A reader polls one line per rank it reads, which holds all it needs for
 // a small collective: the writer's one store of k publishes the data and
 // the descriptor together, and each reader's wait ends in one cache miss.
+// The heads lie in a row, so a reader that runs behind a writer reads
+// them in address order and the processor fetches the next ahead.
 //
-// A slot written in call k is overwritten in call k+S only, whose step 1
-// waits for every rank to reach k+1, that is, to have finished reading
-// call k. So a writer waits for readers only when it is S calls ahead: a
-// Bcast's root, a Reduce's non-roots, run up to S calls ahead of the
-// ranks that read them, as they would over buffered messages. A Barrier
-// is the protocol with no data: every rank publishes, and waits for every
-// other. An Allreduce combines the slots of ranks 0, 1, … N−1 in that
-// order on every rank, with internal/reduce's kernels, so every rank gets
-// the same bits.
+// A head written in call k is overwritten in call k+H at the earliest,
+// and a slot in call k+S, whose step 1 waits for every rank to reach
+// k+1, that is, to have finished reading call k. So a writer waits for
+// readers only when it is D calls ahead: a Bcast's root, a Reduce's
+// non-roots, run up to H small calls (S large ones) ahead of the ranks
+// that read them, as they would over buffered messages. A Barrier is the
+// protocol with no data: every rank publishes, and waits for every other.
+// An Allreduce combines the parts of ranks 0, 1, … N−1 in that order on
+// every rank, with internal/reduce's kernels, so every rank gets the same
+// bits.
 //
 // Waiting (collwait.go) polls the words for a while, giving the core away
 // when ranks outnumber cores, then sleeps on the rank's bell, which every
@@ -83,13 +89,13 @@ type Coll struct {
 type collArea struct {
 	seq  *atomic.Uint64 // the last call the rank entered
 	bell shmem.Bell     // the rank's waiter sleeps on it
-	head [collSlots]slotHead
+	head [collHeads]slotHead
 	slot [collSlots][]byte
 }
 
-// slotHead is the head line of one slot: k, the call that last filled the
-// slot (stored last), desc, what it holds (collDesc), and inline, the data
-// of a collective whose part fits the line.
+// slotHead is one head line: k, the call that last filled it (stored
+// last), desc, what that call holds (collDesc), and inline, the data of a
+// collective whose part fits the line.
 type slotHead struct {
 	k      *atomic.Uint64
 	desc   *uint64
@@ -97,17 +103,17 @@ type slotHead struct {
 }
 
 // The layout of a collective area: its sequence word on one cache line
-// (pair), its bell on the next, then the slots, each a head line and its
-// data.
+// (pair), its bell on the next, then the heads, one line each, then the
+// slots.
 const (
 	collLine     = 128 // a pair of cache lines: the adjacent-line prefetcher shares nothing
 	collSeqOff   = 0
 	collBellOff  = collLine
-	collSlotOff  = 2 * collLine
-	collHead     = 64 // a slot's head: k, the descriptor, the inline data
+	collHeadOff  = 2 * collLine
+	collHead     = 64 // a head: k, the descriptor, the inline data
 	collInline   = collHead - 16
-	collStride   = collHead + collSlot
-	collAreaSize = (collSlotOff + collSlots*collStride + page - 1) &^ (page - 1)
+	collSlotOff  = collHeadOff + collHeads*collHead
+	collAreaSize = (collSlotOff + collSlots*collSlot + page - 1) &^ (page - 1)
 )
 
 // newArea lays a collective area over mem (collAreaSize bytes, page
@@ -115,25 +121,39 @@ const (
 func newArea(mem []byte) collArea {
 	word := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
 	a := collArea{seq: word(collSeqOff), bell: shmem.NewBell((*uint32)(unsafe.Pointer(&mem[collBellOff])))}
-	for b := range collSlots {
-		off := collSlotOff + b*collStride
-		a.head[b] = slotHead{
+	for h := range collHeads {
+		off := collHeadOff + h*collHead
+		a.head[h] = slotHead{
 			k:      word(off),
 			desc:   (*uint64)(unsafe.Pointer(&mem[off+8])),
 			inline: mem[off+16 : off+collHead : off+collHead],
 		}
-		a.slot[b] = mem[off+collHead : off+collStride : off+collStride]
+	}
+	for b := range collSlots {
+		off := collSlotOff + b*collSlot
+		a.slot[b] = mem[off : off+collSlot : off+collSlot]
 	}
 	return a
 }
 
-// data is where rank j's part of a collective whose parts are n bytes
-// lies in its slot b: the head line's inline bytes when it fits there.
-func (a *collArea) data(b uint64, n int64) []byte {
+// data is where a rank's part of call k, n bytes, lies in its area: the
+// head line's inline bytes when it fits there, slot k mod collSlots
+// otherwise.
+func (a *collArea) data(k uint64, n int64) []byte {
 	if n <= collInline {
-		return a.head[b].inline[:n]
+		return a.head[k%collHeads].inline[:n]
 	}
-	return a.slot[b][:n]
+	return a.slot[k%collSlots][:n]
+}
+
+// ahead is how many calls a writer may run ahead of its readers in a call
+// whose part is n bytes: as many as there are heads, or slots when the
+// part needs one.
+func ahead(n int64) uint64 {
+	if n <= collInline {
+		return collHeads
+	}
+	return collSlots
 }
 
 // Coll returns the hub's shared-memory collectives, or nil when some rank
@@ -170,7 +190,6 @@ func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
 	}
 	c.seq++
 	*r = collReq{c: c, co: co, k: c.seq, desc: collDesc(co), busy: true}
-	r.waitFor.Store(-1)
 	c.calls.Add(1)
 	return r, nil
 }
@@ -217,7 +236,7 @@ func (c *Coll) Pending() (backend.OpInfo, bool) {
 	if !r.busy || r.finished {
 		return backend.OpInfo{}, false
 	}
-	return backend.OpInfo{Op: r.co.Kind.String() + " (shared memory)", Peer: int(r.waitFor.Load()), Tag: -1,
+	return backend.OpInfo{Op: r.co.Kind.String() + " (shared memory)", Peer: r.waitingFor(), Tag: -1,
 		Count: r.co.Send.Count, Type: r.co.Send.Type, Caller: r.co.Caller}, true
 }
 
@@ -229,7 +248,8 @@ type collReq struct {
 	k       uint64 // its number: the value of the sequence words it waits for
 	desc    uint64
 	phase   uint8
-	waitFor atomic.Int32 // the rank it waits for (-1: none yet); read by Pending from any goroutine
+	held    bool         // it waited for a reader to free its head or slot (step)
+	waitFor atomic.Int32 // 1 + the rank it waits for (0: none yet); read by Pending from any goroutine
 
 	// Under c.infoMu:
 	busy     bool // handed out and not yet released
@@ -237,6 +257,18 @@ type collReq struct {
 	err      error
 	doneCh   chan struct{}
 }
+
+// setWaitFor records that r waits for rank j, storing only a change (a
+// store here is an atomic exchange, which waits for every store before it
+// to reach the cache).
+func (r *collReq) setWaitFor(j int) {
+	if r.waitFor.Load() != int32(j+1) {
+		r.waitFor.Store(int32(j + 1))
+	}
+}
+
+// waitingFor is the rank r waits for, or -1 while it waits for none.
+func (r *collReq) waitingFor() int { return int(r.waitFor.Load()) - 1 }
 
 // The phases of a collective (step).
 const (
@@ -334,7 +366,7 @@ func (c *Coll) down(r *collReq) error {
 	if err := c.h.e.Revoked(); err != nil {
 		return err // a member began Shrink: it will not come
 	}
-	if j := int(r.waitFor.Load()); j >= 0 && j < c.size && c.peers[j] != nil {
+	if j := r.waitingFor(); j >= 0 && j < c.size && c.peers[j] != nil {
 		return c.peers[j].p.Down()
 	}
 	return nil

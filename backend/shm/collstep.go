@@ -6,6 +6,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/internal/reduce"
+	shmem "github.com/courier-mp/courier/internal/shm"
 )
 
 // attempt advances r once, without waiting, inside the hub (its memory
@@ -40,37 +41,53 @@ func (c *Coll) closedErr(r *collReq) error {
 }
 
 // step advances r through the protocol (Coll's doc) as far as it can
-// without waiting, and reports whether r is done; otherwise r.waitFor is
+// without waiting, and reports whether r is done; otherwise r.waitingFor() is
 // the rank it waits for. thorough: a slot not filled yet is also checked
 // against its rank's sequence word (a rank that called a collective where
 // it writes nothing), which costs a second line per rank waited for. Under
 // c.mu, inside the hub.
 func (c *Coll) step(r *collReq, thorough bool) bool {
 	me := &c.areas[c.rank]
-	b := r.k % collSlots
+	h := r.k % collHeads
 	if r.phase == phaseWrite {
 		if writes(&r.co, c.rank) {
-			// Every rank must have entered call k−S+1 (finished reading
-			// the slot's last use). The words only grow, so one read
-			// long enough ago still answers for most calls: each is read
-			// again only when the last value read is too old, not on
-			// every call (each read of a word another rank just wrote is
-			// a cache miss).
+			// Every rank must have entered call k−D+1 (finished reading
+			// the last use of the head and the slot). The words only
+			// grow, so one read long enough ago still answers for most
+			// calls: each is read again only when the last value read is
+			// too old, not on every call (each read of a word another
+			// rank just wrote is a cache miss). A writer that reads one
+			// again waits until that rank is d/4 calls further than it
+			// must be, so that a writer that keeps up with a slower
+			// reader reads its word once every d/4 calls, not on each
+			// (and the reader's next store of it does not wait for the
+			// line to come back, every call).
+			n := r.co.Send.Len()
+			d := ahead(n)
 			for j := range c.areas {
-				if j != c.rank && c.seen[j]+collSlots <= r.k {
-					if c.seen[j] = c.areas[j].seq.Load(); c.seen[j]+collSlots <= r.k {
-						r.waitFor.Store(int32(j))
+				if j != c.rank && c.seen[j]+d <= r.k {
+					// At most k: the reader will enter call k.
+					need := r.k + 1 - d + d/4
+					if c.seen[j] = c.areas[j].seq.Load(); c.seen[j] < need {
+						r.held = true
+						r.setWaitFor(j)
 						return false
 					}
 				}
 			}
-			n := r.co.Send.Len()
-			copy(me.data(b, n), r.co.Send.Bytes())
+			if d == collHeads {
+				// The next calls' heads were read by every rank long
+				// ago: take their lines back now, so that their stores
+				// of k, atomic (a fence), do not wait for them.
+				shmem.PrefetchWrite((*byte)(unsafe.Pointer(me.head[(h+1)%collHeads].k)))
+				shmem.PrefetchWrite((*byte)(unsafe.Pointer(me.head[(h+2)%collHeads].k)))
+			}
+			copy(me.data(r.k, n), r.co.Send.Bytes())
 			// Plain stores, published by the store of k after them.
-			*me.head[b].desc = r.desc
-			me.head[b].k.Store(r.k)
+			*me.head[h].desc = r.desc
+			shmem.Publish(me.head[h].k, r.k)
 		}
-		me.seq.Store(r.k)
+		shmem.Publish(me.seq, r.k)
 		for j := range c.areas {
 			if j != c.rank {
 				c.areas[j].bell.Ring()
@@ -82,30 +99,42 @@ func (c *Coll) step(r *collReq, thorough bool) bool {
 		return true
 	}
 	lo, hi := readRange(&r.co, c.rank, c.size)
+	if r.co.Kind == backend.Bcast || r.co.Kind == backend.Reduce {
+		// The writers of these run ahead (a Bcast's root, a Reduce's
+		// non-roots): the heads of the next calls are likely written
+		// already: fetching those 4 and 8 calls on overlaps their misses with
+		// this call's work (1 and 2 on came too late to help).
+		for j := lo; j < hi; j++ {
+			if j != c.rank {
+				shmem.Prefetch((*byte)(unsafe.Pointer(c.areas[j].head[(h+4)%collHeads].k)))
+				shmem.Prefetch((*byte)(unsafe.Pointer(c.areas[j].head[(h+8)%collHeads].k)))
+			}
+		}
+	}
 	for j := lo; j < hi; j++ {
 		if j == c.rank {
 			continue
 		}
-		h := &c.areas[j].head[b]
-		if h.k.Load() != r.k {
-			if thorough && c.areas[j].seq.Load() >= r.k && h.k.Load() != r.k {
+		hd := &c.areas[j].head[h]
+		if hd.k.Load() != r.k {
+			if thorough && c.areas[j].seq.Load() >= r.k && hd.k.Load() != r.k {
 				// Rank j is in call k (or past it) and did not fill its
 				// slot: its call writes nothing.
 				c.end(r, fmt.Errorf("%w: rank %d called a collective to which it contributes nothing here (a Bcast or a Reduce with another root) where this rank called %s (every rank must call the same collectives, alike)",
 					backend.ErrMismatch, j, sayDesc(r.desc)))
 				return true
 			}
-			r.waitFor.Store(int32(j))
+			r.setWaitFor(j)
 			return false
 		}
 	}
 	for j := lo; j < hi; j++ {
-		if d := *c.areas[j].head[b].desc; d != r.desc && j != c.rank {
+		if d := *c.areas[j].head[h].desc; d != r.desc && j != c.rank {
 			c.end(r, collMismatch(j, d, r.desc))
 			return true
 		}
 	}
-	c.finish(r, b)
+	c.finish(r)
 	c.end(r, nil)
 	return true
 }
@@ -141,8 +170,8 @@ func readRange(co *backend.Coll, rank, size int) (lo, hi int) {
 // Allreduce and a Reduce's root combine every slot, in rank order, into
 // Recv; Allgather copies each slot into its block of Recv; a Bcast's
 // non-root copies the root's slot.
-func (c *Coll) finish(r *collReq, b uint64) {
-	co := &r.co
+func (c *Coll) finish(r *collReq) {
+	co, k := &r.co, r.k
 	switch co.Kind {
 	case backend.Allreduce, backend.Reduce:
 		if co.Kind == backend.Reduce && c.rank != co.Root {
@@ -150,14 +179,14 @@ func (c *Coll) finish(r *collReq, b uint64) {
 		}
 		n := co.Send.Len()
 		slot := func(j int) backend.Buffer {
-			return backend.Buffer{Ptr: unsafe.Pointer(unsafe.SliceData(c.areas[j].data(b, n))), Count: co.Send.Count, Type: co.Send.Type, Mem: backend.Host}
+			return backend.Buffer{Ptr: unsafe.Pointer(unsafe.SliceData(c.areas[j].data(k, n))), Count: co.Send.Count, Type: co.Send.Type, Mem: backend.Host}
 		}
 		if n > collInline && n <= 256 {
 			// A small reduction is a cache miss per slot: take them all
 			// at once before combining, so they overlap.
 			t := byte(0)
 			for j := range c.size {
-				t += c.areas[j].slot[b][0]
+				t += c.areas[j].slot[k%collSlots][0]
 			}
 			c.touch = t
 		}
@@ -169,11 +198,11 @@ func (c *Coll) finish(r *collReq, b uint64) {
 		n := co.Send.Len()
 		recv := co.Recv.Bytes()
 		for j := range c.size {
-			copy(recv[int64(j)*n:int64(j+1)*n], c.areas[j].data(b, n))
+			copy(recv[int64(j)*n:int64(j+1)*n], c.areas[j].data(k, n))
 		}
 	case backend.Bcast:
 		if c.rank != co.Root {
-			copy(co.Recv.Bytes(), c.areas[co.Root].data(b, co.Recv.Len()))
+			copy(co.Recv.Bytes(), c.areas[co.Root].data(k, co.Recv.Len()))
 		}
 	}
 }

@@ -31,11 +31,14 @@ var (
 
 // collSlot is the capacity of one slot of a rank's collective area: no
 // table may go beyond it. collSlots is how many slots a rank has, so how
-// many calls a writer may run ahead of its readers (Coll's doc), as
-// buffered messages let a loop of Bcasts or Reduces overlap.
+// many calls with parts of more than collInline bytes a writer may run
+// ahead of its readers (Coll's doc), as buffered messages let a loop of
+// Bcasts or Reduces overlap; collHeads, how many calls with smaller parts
+// (a head line each).
 const (
 	collSlot  = 64 << 10
 	collSlots = 8
+	collHeads = 64
 )
 
 // anyRanks is the rank count of a table's last row.

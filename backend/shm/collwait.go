@@ -6,6 +6,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/internal/engine"
+	shmem "github.com/courier-mp/courier/internal/shm"
 )
 
 // collNap bounds one sleep of a collective's waiter on its bell: a
@@ -61,7 +62,7 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 			}
 		}
 		if !deadline.IsZero() && !now.Before(deadline) {
-			return fmt.Errorf("%w after %v (a shared-memory %v waiting for rank %d)", backend.ErrTimeout, timeout, r.co.Kind, r.waitFor.Load())
+			return fmt.Errorf("%w after %v (a shared-memory %v waiting for rank %d)", backend.ErrTimeout, timeout, r.co.Kind, r.waitingFor())
 		}
 		if now.Before(spinUntil) {
 			c.h.e.SpinPause(i)
@@ -72,6 +73,7 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 			nap = min(nap, deadline.Sub(now))
 		}
 		v := bell.Arm()
+		shmem.SleepFence() // the writers publish without a fence
 		if c.step(r, true) {
 			bell.Disarm()
 			return nil

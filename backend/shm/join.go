@@ -209,6 +209,7 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (
 	if len(locals) == 0 {
 		return h, nil
 	}
+	shmem.EnableFastPublish() // before anything is published (internal/shm's fence.go)
 	cap := ringCap(len(locals))
 	rb := (shmem.RingBytes(cap) + page - 1) &^ (page - 1)
 	size := page + rb*len(locals)

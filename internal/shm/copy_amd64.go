@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -31,3 +32,29 @@ func CopyStream(dst, src []byte) int {
 	copy(dst[head+body:n], src[head+body:n])
 	return n
 }
+
+//go:noescape
+func prefetch(p *byte)
+
+// Prefetch asks the processor to fetch the cache line holding *p ahead of
+// a read: a reader that will poll a line another process wrote some time
+// ago (the next record, the next head) overlaps that line's miss with its
+// work on the current one. A hint: it never faults and changes nothing the
+// program can see.
+func Prefetch(p *byte) { prefetch(p) }
+
+//go:noescape
+func prefetchWrite(p *byte)
+
+// PrefetchWrite asks the processor to take the cache line holding *p
+// ahead of a store: a writer that will publish into a line its reader
+// read some time ago (a head it reuses) overlaps taking the line back with
+// its work on the current one, and its atomic store later does not wait
+// for it. A hint: it never faults and changes nothing the program can see.
+func PrefetchWrite(p *byte) { prefetchWrite(p) }
+
+// haveReleaseStore: storeRelease is an ordinary store here.
+const haveReleaseStore = true
+
+//go:noescape
+func storeRelease(w *atomic.Uint64, v uint64)

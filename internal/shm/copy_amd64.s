@@ -32,3 +32,35 @@ done:
 	SFENCE
 	VZEROUPPER
 	RET
+
+// func prefetch(p *byte)
+//
+// Asks for the cache line at p, to read soon (PREFETCHT0): a hint, which
+// never faults and changes nothing the program can see.
+TEXT ·prefetch(SB), NOSPLIT, $0-8
+	MOVQ p+0(FP), AX
+	PREFETCHT0 (AX)
+	RET
+
+// func prefetchWrite(p *byte)
+//
+// Asks for the cache line at p, to write soon (PREFETCHW: the line comes
+// owned, so the store that follows does not wait for the other caches to
+// drop their copies). A hint, as prefetch.
+TEXT ·prefetchWrite(SB), NOSPLIT, $0-8
+	MOVQ p+0(FP), AX
+	// PREFETCHW (AX), which the assembler does not know: 0F 0D /1. A
+	// processor without it (older Intel ones) runs it as a NOP.
+	BYTE $0x0F; BYTE $0x0D; BYTE $0x08
+	RET
+
+// func storeRelease(w *atomic.Uint64, v uint64)
+//
+// An ordinary store, which on amd64 is a release: it becomes visible after
+// every store before it. Being a function the compiler cannot see into, it
+// also keeps the compiler from moving the caller's stores past it.
+TEXT ·storeRelease(SB), NOSPLIT, $0-16
+	MOVQ w+0(FP), AX
+	MOVQ v+8(FP), BX
+	MOVQ BX, (AX)
+	RET

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package shm
+
+func registerMembarrier() bool { return false }
+
+func membarrierGlobal() {}
