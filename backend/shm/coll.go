@@ -73,11 +73,10 @@ type Coll struct {
 	size  int
 	areas []collArea // by rank
 	peers []*link    // by rank; nil at this rank
-	seq   uint64     // collectives this rank has started here
+	seq   uint64     // collectives this rank has started here; under infoMu
 	seen  []uint64   // by rank: the sequence word as last read (it only grows); under mu
 	touch byte       // where finish's first reads of the slots land (kept, so not elided)
 	fail  error      // a collective that failed: every later one fails with it
-	calls atomic.Int64
 
 	mu  sync.Mutex // serializes the request's progress (Wait, Test, Done's waiter)
 	req collReq
@@ -162,7 +161,11 @@ func (h *Hub) Coll() *Coll { return h.coll }
 
 // Calls is the number of collectives this rank has run through shared
 // memory: tests check with it which path a collective took.
-func (c *Coll) Calls() int64 { return c.calls.Load() }
+func (c *Coll) Calls() int64 {
+	c.infoMu.Lock()
+	defer c.infoMu.Unlock()
+	return int64(c.seq)
+}
 
 // Collective implements backend.Collectives: it starts c through shared
 // memory when its kind, buffers and size are ones Coll takes (take, in
@@ -173,7 +176,7 @@ func (c *Coll) Calls() int64 { return c.calls.Load() }
 //
 // The request's Wait does the work; Collective itself never blocks.
 func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
-	if c == nil || !take(co, c.size) {
+	if c == nil || !take(&co, c.size) {
 		return nil, backend.ErrSkip
 	}
 	if c.fail != nil {
@@ -184,19 +187,25 @@ func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
 	}
 	r := &c.req
 	c.infoMu.Lock()
-	defer c.infoMu.Unlock()
 	if r.busy {
+		c.infoMu.Unlock()
 		return nil, fmt.Errorf("%w: a shared-memory collective started while another is under way (one at a time per communicator)", backend.ErrInvalid)
 	}
 	c.seq++
-	*r = collReq{c: c, co: co, k: c.seq, desc: collDesc(co), busy: true}
-	c.calls.Add(1)
+	// Field by field: the request is reused, and its atomic word is
+	// stored only when it changes.
+	r.c, r.co, r.k, r.desc = c, co, c.seq, collDesc(&co)
+	r.phase, r.held, r.busy, r.finished, r.err, r.doneCh = phaseWrite, false, true, false, nil, nil
+	if r.waitFor.Load() != 0 {
+		r.waitFor.Store(0)
+	}
+	c.infoMu.Unlock()
 	return r, nil
 }
 
 // collDesc packs what every rank must pass alike into one word: the kind,
 // operator, element type, root and send size.
-func collDesc(co backend.Coll) uint64 {
+func collDesc(co *backend.Coll) uint64 {
 	d := uint64(co.Kind) | uint64(co.Send.Type)<<16 | uint64(co.Send.Len())<<40
 	if co.Kind.Reduces() {
 		d |= uint64(co.Op) << 8
@@ -297,13 +306,15 @@ func (r *collReq) Test() (bool, backend.Status, error) {
 func (r *collReq) Wait(timeout time.Duration) (backend.Status, error) {
 	c := r.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var err error
 	if r.phase != phaseDone {
-		if err := c.await(r, timeout); err != nil {
-			return backend.Status{}, err
-		}
+		err = c.await(r, timeout)
 	}
-	return backend.Status{}, r.err
+	if err == nil {
+		err = r.err
+	}
+	c.mu.Unlock()
+	return backend.Status{}, err
 }
 
 // Done implements backend.Request. The first call starts a goroutine that
@@ -335,10 +346,10 @@ func (r *collReq) Done() <-chan struct{} {
 func (r *collReq) Release() {
 	c := r.c
 	c.infoMu.Lock()
-	defer c.infoMu.Unlock()
 	if r.finished {
 		r.busy = false
 	}
+	c.infoMu.Unlock()
 }
 
 // end completes r with err (nil: success); a failure is the Coll's from

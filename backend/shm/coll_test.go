@@ -36,7 +36,7 @@ func TestCollTake(t *testing.T) {
 		{backend.Coll{Kind: backend.Barrier}, 16, true},
 		{backend.Coll{Kind: backend.Allreduce, Send: dev, Recv: dev, Op: backend.Sum}, 4, false},
 	} {
-		assert.Equal(t, tc.want, take(tc.co, tc.size), "%v of %d bytes on %d ranks", tc.co.Kind, tc.co.Send.Len(), tc.size)
+		assert.Equal(t, tc.want, take(&tc.co, tc.size), "%v of %d bytes on %d ranks", tc.co.Kind, tc.co.Send.Len(), tc.size)
 	}
 	for _, b := range CollThresholds() {
 		assert.LessOrEqual(t, b, int64(collSlot), "a threshold beyond the slot")
@@ -46,9 +46,9 @@ func TestCollTake(t *testing.T) {
 // TestCollDesc: what a rank's descriptor says, for ErrMismatch.
 func TestCollDesc(t *testing.T) {
 	b := backend.Buffer{Count: 3, Type: backend.Int16, Mem: backend.Host}
-	d := collDesc(backend.Coll{Kind: backend.Reduce, Send: b, Op: backend.Max, Root: 5})
+	d := collDesc(&backend.Coll{Kind: backend.Reduce, Send: b, Op: backend.Max, Root: 5})
 	assert.Equal(t, "reduce of 6 bytes of int16 with max (root 5)", sayDesc(d))
-	d = collDesc(backend.Coll{Kind: backend.Allgather, Send: b, Op: backend.Max, Root: 5})
+	d = collDesc(&backend.Coll{Kind: backend.Allgather, Send: b, Op: backend.Max, Root: 5})
 	assert.Equal(t, "allgather of 6 bytes of int16", sayDesc(d), "the operator and root of a collective without them do not count")
 }
 

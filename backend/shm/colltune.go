@@ -54,7 +54,7 @@ type collPoint struct {
 // take reports whether co runs through shared memory on size ranks: its
 // kind has a table, its buffers are host memory, and its part per rank is
 // within the table's size.
-func take(co backend.Coll, size int) bool {
+func take(co *backend.Coll, size int) bool {
 	if co.Send.Mem != backend.Host || co.Recv.Mem != backend.Host {
 		return false
 	}

@@ -121,8 +121,8 @@ func FuzzRecord(f *testing.F) {
 // in its collective area: a peer's word that differs from this rank's is
 // ErrMismatch naming the rank, never a panic, whatever its fields.
 func FuzzCollDesc(f *testing.F) {
-	f.Add(collDesc(backend.Coll{Kind: backend.Allreduce, Op: backend.Sum, Send: backend.Buffer{Count: 4, Type: backend.Float64}}), uint64(0))
-	f.Add(collDesc(backend.Coll{Kind: backend.Bcast, Root: 3, Send: backend.Buffer{Count: 1 << 20, Type: backend.Uint8}}), ^uint64(0))
+	f.Add(collDesc(&backend.Coll{Kind: backend.Allreduce, Op: backend.Sum, Send: backend.Buffer{Count: 4, Type: backend.Float64}}), uint64(0))
+	f.Add(collDesc(&backend.Coll{Kind: backend.Bcast, Root: 3, Send: backend.Buffer{Count: 1 << 20, Type: backend.Uint8}}), ^uint64(0))
 	f.Fuzz(func(t *testing.T, theirs, mine uint64) {
 		err := collMismatch(5, theirs, mine)
 		if !errors.Is(err, backend.ErrMismatch) {
