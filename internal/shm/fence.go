@@ -7,31 +7,37 @@ import (
 
 // Publishing without a fence.
 //
-// A producer publishes a record (a ring's header, a collective's head or
-// sequence word) with one store, and then looks at its consumer's bell:
-// if the consumer armed it, the producer wakes it. The consumer arms the
-// bell, looks for a record once more, and sleeps. Each side stores, then
-// loads what the other stores (Dekker's pattern): with an ordinary store
-// the producer's load can pass its own store, still in its core's store
+// A producer publishes with one store (a shared-memory collective's head
+// or sequence word, in backend/shm), and then looks at its consumer's
+// bell: if the consumer armed it, the producer wakes it. The consumer
+// arms the bell, looks once more, and sleeps. Each side stores, then loads
+// what the other stores (Dekker's pattern): with an ordinary store the
+// producer's load can pass its own store, still in its core's store
 // buffer, and both sides miss the other, a wake-up lost until the
 // sleeper's nap ends. A sequentially consistent store (an atomic exchange
 // on amd64) forbids that, but it holds the producer until the line it
-// stores to is its own again, on every message: the line its consumer
-// just read, one trip between the cores (about 300 ns on the machines of
-// docs/benchmarks.md, 2026-12-05).
+// stores to is its own again: the line its consumer just read, one trip
+// between the cores (about 300 ns on the machine of docs/benchmarks.md,
+// 2026-12-05), on every call.
 //
 // So the fence moves to the side that is rare: Publish is a release store
 // (an ordinary MOV on amd64), and a consumer about to sleep calls
 // SleepFence after arming its bell and before its last look, which makes
-// every other thread of every process that registered (see
-// EnableFastPublish) run a full barrier (membarrier(2),
+// every running thread of every process that registered (see
+// EnableFastPublish) pass a full barrier (membarrier(2),
 // MEMBARRIER_CMD_GLOBAL_EXPEDITED). A producer's store made before that
 // barrier is visible to the consumer's last look; one made after it comes
-// before the producer's look at the bell, which then sees it armed.
+// after the consumer's arming, and the producer's look at the bell, which
+// follows its store, sees the bell armed.
 //
 // Every process of a job registers alike (the same kernel, the same
 // launcher). Where membarrier is refused, or on other architectures,
 // Publish is sequentially consistent and SleepFence does nothing.
+//
+// The rings still publish with atomic stores: a ring's Commit and Consume
+// through Publish measured the same (docs/benchmarks.md), their cost
+// being the software around them, and a sleep of the hub's progress
+// goroutine would have paid the barrier.
 
 // The commands of linux/membarrier.h, which golang.org/x/sys/unix does not
 // name.
