@@ -74,13 +74,14 @@ func FuzzSetup(f *testing.F) {
 func FuzzRecord(f *testing.F) {
 	rec := func(h engine.Header, payload []byte) []byte {
 		b := make([]byte, recordLen(&h, len(payload)))
-		encode(b, &h, payload)
+		encode(b, &h, payload, len(payload)%2 == 0)
 		return b
 	}
 	f.Add(rec(engine.Header{Kind: engine.KindEager, Type: backend.Float32, Tag: 3, Count: 2}, make([]byte, 8)), int64(1<<12))
 	f.Add(rec(engine.Header{Kind: engine.KindRTS, Type: backend.Uint8, Flags: engine.RTSPull, Count: 1 << 20, SID: 1, Addr: 0x7f0000001000}, nil), int64(1<<12))
 	f.Add(rec(engine.Header{Kind: engine.KindData, Flags: engine.DataStream, Count: 64, SID: 1}, make([]byte, 64)), int64(1<<12))
 	f.Add(rec(engine.Header{Kind: engine.KindCTS, SID: 5}, nil), int64(0))
+	f.Add(rec(engine.Header{Kind: engine.KindEager, Type: backend.Uint8, Tag: 1, Count: 5000}, bytes.Repeat([]byte{7, 1, 9}, 5000/3+1)[:5000]), int64(1<<16))
 	f.Add([]byte{engine.KindEager}, int64(8))
 	f.Fuzz(func(t *testing.T, data []byte, eager int64) {
 		var h engine.Header
@@ -96,7 +97,7 @@ func FuzzRecord(f *testing.F) {
 			t.Fatalf("a record of %d bytes decodes to a frame of %d", len(data), n)
 		}
 		out := make([]byte, len(data))
-		encode(out, &h, r.b)
+		encode(out, &h, r.b, true)
 		if !bytes.Equal(out[:engine.CheckOffset], data[:engine.CheckOffset]) || !bytes.Equal(out[engine.HeaderSize:], data[engine.HeaderSize:]) {
 			t.Fatalf("record %x re-encodes to %x", data, out)
 		}

@@ -20,14 +20,15 @@ import (
 // bell is disarmed, so senders make no system call and the progress
 // goroutine is not woken per message.
 type Hub struct {
-	copy  Copy       // Options.Copy
-	fill  shmem.Fill // Options.Fill
-	e     *engine.Engine
-	inbox *shmem.Segment
-	bell  shmem.Bell
-	links []*link
-	coll  *Coll         // nil unless every rank of the job is on this host
-	spin  atomic.Uint64 // waiters polling now (low 32 bits), and SpinStarts ever (high 32)
+	copy   Copy       // Options.Copy
+	copyIn CopyIn     // Options.CopyIn
+	fill   shmem.Fill // Options.Fill
+	e      *engine.Engine
+	inbox  *shmem.Segment
+	bell   shmem.Bell
+	links  []*link
+	coll   *Coll         // nil unless every rank of the job is on this host
+	spin   atomic.Uint64 // waiters polling now (low 32 bits), and SpinStarts ever (high 32)
 	// armWanted: a waiter parked while others polled, so the bell was not
 	// armed for it; the last of them to stop kicks the progress goroutine.
 	armWanted atomic.Bool

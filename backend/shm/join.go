@@ -102,10 +102,63 @@ func (c Copy) String() string {
 	return fmt.Sprintf("copy(%d)", uint8(c))
 }
 
+// CopyIn is how a sender copies a payload into the ring.
+type CopyIn uint8
+
+const (
+	// CopyInStream, the default: a payload of streamInFrom bytes or more
+	// goes into the ring with non-temporal stores (shmem.CopyStream,
+	// where the CPU has them), which write whole lines without taking
+	// them from the core that read them last, the receiver; the receiver
+	// then reads them from memory. On the 2-core AMD machine of
+	// docs/benchmarks.md ("Copied into the ring without taking its
+	// lines", 2026-12-05) that halved the one-way time from 4 KiB to 1
+	// MiB and took 64 KiB messages from 5-9 to 19-20 GB/s.
+	CopyInStream CopyIn = iota
+	// CopyInCache: every payload with ordinary stores, through the
+	// sender's cache (the receiver takes the lines from it), as before.
+	CopyInCache
+)
+
+// CopyInEnv is the environment variable that chooses CopyIn: "stream"
+// (the default) or "cache".
+const CopyInEnv = "COURIER_SHM_COPYIN"
+
+var copyInNames = [...]string{CopyInStream: "stream", CopyInCache: "cache"}
+
+// ParseCopyIn reads a value of CopyInEnv; "" is the default. Anything
+// else is an error that names the choices.
+func ParseCopyIn(v string) (CopyIn, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return CopyInStream, nil
+	}
+	for c, name := range copyInNames {
+		if v == name {
+			return CopyIn(c), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s=%q: want stream or cache", backend.ErrInvalid, CopyInEnv, v)
+}
+
+// String is the mode's name, as CopyInEnv spells it.
+func (c CopyIn) String() string {
+	if int(c) < len(copyInNames) {
+		return copyInNames[c]
+	}
+	return fmt.Sprintf("copyin(%d)", uint8(c))
+}
+
+// streamInFrom is the smallest payload CopyInStream copies with
+// non-temporal stores (shmem.CopyStream copies smaller ones plainly).
+const streamInFrom = 4096
+
 // Options are Join's choices.
 type Options struct {
 	// Copy is how messages larger than the eager limit move.
 	Copy Copy
+	// CopyIn is how a sender copies payloads into the ring.
+	CopyIn CopyIn
 	// Fill is when the segments' pages are allocated and mapped: ahead,
 	// the default, or at their first touch (PrefaultEnv=0).
 	Fill shmem.Fill
@@ -204,7 +257,7 @@ func ringCap(n int) int {
 // area (Coll). The sockets stay open: their end tells that a peer is gone.
 // The hub's goroutines start with Start.
 func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (*Hub, error) {
-	h := &Hub{e: e, stop: make(chan struct{}), kick: make(chan struct{}, 1), copy: opts.Copy, fill: opts.Fill}
+	h := &Hub{e: e, stop: make(chan struct{}), kick: make(chan struct{}, 1), copy: opts.Copy, fill: opts.Fill, copyIn: opts.CopyIn}
 	h.tick.Store(int64(progressTick))
 	if len(locals) == 0 {
 		return h, nil

@@ -138,7 +138,7 @@ func (l *link) put(h *engine.Header, payload []byte) bool {
 	if b == nil {
 		return false
 	}
-	encode(b, h, payload)
+	encode(b, h, payload, l.h.copyIn == CopyInStream)
 	l.out.Commit()
 	return true
 }

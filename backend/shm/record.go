@@ -30,12 +30,16 @@ func recordLen(h *engine.Header, n int) int {
 }
 
 // encode writes h and payload into a record of recordLen bytes.
-func encode(b []byte, h *engine.Header, payload []byte) {
+func encode(b []byte, h *engine.Header, payload []byte, stream bool) {
 	h.Encode((*[engine.HeaderSize]byte)(b))
 	off := engine.HeaderSize
 	if h.Kind == engine.KindRTS && h.Flags&engine.RTSPull != 0 {
 		binary.LittleEndian.PutUint64(b[off:], h.Addr)
 		off += addrSize
+	}
+	if stream && len(payload) >= streamInFrom {
+		shmem.CopyStream(b[off:], payload) // CopyInStream
+		return
 	}
 	copy(b[off:], payload)
 }

@@ -46,6 +46,12 @@ func pair(t testing.TB) (e [2]*engine.Engine, h [2]*Hub) {
 // pairCopy is pair with the copy of large messages c.
 func pairCopy(t testing.TB, c Copy) (e [2]*engine.Engine, h [2]*Hub) {
 	t.Helper()
+	return pairOpts(t, Options{Copy: c})
+}
+
+// pairOpts is pair with Join's options o.
+func pairOpts(t testing.TB, o Options) (e [2]*engine.Engine, h [2]*Hub) {
+	t.Helper()
 	a, b := socketPair(t)
 	conns := [2]*net.UnixConn{a, b}
 	var errs [2]error
@@ -59,7 +65,7 @@ func pairCopy(t testing.TB, c Copy) (e [2]*engine.Engine, h [2]*Hub) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			h[i], errs[i] = Join(ctx, e[i], []Local{{Rank: 1 - i, Conn: conns[i]}}, Options{Copy: c})
+			h[i], errs[i] = Join(ctx, e[i], []Local{{Rank: 1 - i, Conn: conns[i]}}, o)
 		}()
 	}
 	wg.Wait()
@@ -137,6 +143,31 @@ func TestTwoCopies(t *testing.T) {
 	require.False(t, h[0].links[0].pull)
 	require.False(t, h[1].links[0].pull)
 	exchange(t, e, []int{maxEager + 1, 3 << 20, streamFrom - 1, streamFrom, streamFrom + 4093, 20 << 20})
+}
+
+// TestCopyIn: payloads on both sides of streamInFrom, up to the eager
+// limit, and pipelined chunks, arrive whole and in order whichever way
+// the sender copies them into the ring.
+func TestCopyIn(t *testing.T) {
+	for _, in := range []CopyIn{CopyInStream, CopyInCache} {
+		t.Run(in.String(), func(t *testing.T) {
+			e, h := pairOpts(t, Options{Copy: CopyPipelined, CopyIn: in})
+			require.Equal(t, in, h[0].copyIn)
+			exchange(t, e, []int{1, streamInFrom - 1, streamInFrom, streamInFrom + 1, 8191, 32<<10 + 7, maxEager - 1, maxEager, maxEager + 129, 1 << 20})
+		})
+	}
+}
+
+func TestParseCopyIn(t *testing.T) {
+	for v, want := range map[string]CopyIn{"": CopyInStream, "stream": CopyInStream, " cache ": CopyInCache} {
+		c, err := ParseCopyIn(v)
+		require.NoError(t, err, v)
+		assert.Equal(t, want, c, v)
+	}
+	_, err := ParseCopyIn("nt")
+	require.ErrorIs(t, err, backend.ErrInvalid)
+	assert.Contains(t, err.Error(), CopyInEnv)
+	assert.Equal(t, "copyin(9)", CopyIn(9).String())
 }
 
 // TestStreamUnaligned: a message large enough to be copied out with

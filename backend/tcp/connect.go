@@ -27,10 +27,12 @@ const (
 )
 
 // transportSet is what Open may use, how shared memory copies large
-// messages (COURIER_SHM_COPY), and how long TCP data may go unanswered.
+// messages (COURIER_SHM_COPY) and payloads into its rings
+// (COURIER_SHM_COPYIN), and how long TCP data may go unanswered.
 type transportSet struct {
 	shm, tcp bool
 	copy     shm.Copy
+	copyIn   shm.CopyIn
 	fill     shmem.Fill // from shm.PrefaultEnv
 	// userTimeout bounds a TCP link's unanswered data (tuneConn; -1: no
 	// bound), from COURIER_TCP_USER_TIMEOUT.
@@ -52,11 +54,15 @@ func (d Driver) transports(cfg backend.Config) (transportSet, error) {
 	if err != nil {
 		return transportSet{}, err
 	}
+	in, err := shm.ParseCopyIn(cfg.Getenv(shm.CopyInEnv))
+	if err != nil {
+		return transportSet{}, err
+	}
 	v := strings.TrimSpace(cfg.Getenv("COURIER_TRANSPORTS"))
 	if v == "" {
-		return transportSet{shm: true, tcp: true, copy: c, fill: fill}, nil
+		return transportSet{shm: true, tcp: true, copy: c, copyIn: in, fill: fill}, nil
 	}
-	t := transportSet{copy: c, fill: fill}
+	t := transportSet{copy: c, copyIn: in, fill: fill}
 	for _, name := range strings.Split(v, ",") {
 		switch strings.TrimSpace(name) {
 		case TransportSHM:
@@ -281,7 +287,7 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 	if pl := newPoller(links); pl != nil {
 		e.AddPoller(pl)
 	}
-	hub, err := shm.Join(ctx, e, locals, shm.Options{Copy: tr.copy, Fill: tr.fill})
+	hub, err := shm.Join(ctx, e, locals, shm.Options{Copy: tr.copy, CopyIn: tr.copyIn, Fill: tr.fill})
 	if err != nil {
 		closeAll()
 		return nil, err
