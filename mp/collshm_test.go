@@ -1,6 +1,7 @@
 package mp_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -424,4 +425,44 @@ func TestSharedBcastAfterRootLeft(t *testing.T) {
 	err := mp.Bcast(comms[1], got, 0)
 	t.Logf("second Bcast in %v: %v", time.Since(t0), err)
 	require.ErrorIs(t, err, mp.ErrPeerLost, "a second Bcast waits for a root that has gone")
+}
+
+// TestSharedBcastStreamed: Bcasts whose root writes its slot with
+// non-temporal stores (backend/shm's collStreamBcast: from 4 KiB on 2
+// ranks, 16 KiB on more) and those beside them deliver the root's bytes,
+// call after call, through every slot more than once.
+func TestSharedBcastStreamed(t *testing.T) {
+	for _, np := range []int{2, 4} {
+		comms := openRanks(t, np, "host")
+		for _, n := range []int{4095, 4096, 4097, 16<<10 - 1, 16 << 10, 16<<10 + 129, 64 << 10} {
+			errs := onAll(comms, func(c *mp.Comm) error {
+				buf := make([]byte, n)
+				for call := range 20 {
+					want := make([]byte, n)
+					for i := range want {
+						want[i] = byte(i*7 + call*13 + n)
+					}
+					if c.Rank() == 1 {
+						copy(buf, want)
+					} else {
+						clear(buf)
+					}
+					before := mp.SharedCollectives(c)
+					if err := mp.Bcast(c, buf, 1); err != nil {
+						return err
+					}
+					if mp.SharedCollectives(c) == before {
+						return fmt.Errorf("call %d: not through shared memory", call)
+					}
+					if !bytes.Equal(buf, want) {
+						return fmt.Errorf("call %d: wrong bytes", call)
+					}
+				}
+				return nil
+			})
+			for r, err := range errs {
+				assert.NoError(t, err, "%d ranks, %d bytes, rank %d", np, n, r)
+			}
+		}
+	}
 }

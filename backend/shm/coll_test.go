@@ -11,11 +11,14 @@ import (
 	"github.com/courier-mp/courier/backend"
 )
 
+// host describes n float32s of host memory (a placeholder address: the
+// tables read only the description).
+func host(n int64) backend.Buffer {
+	return backend.Buffer{Ptr: unsafe.Pointer(new([8]byte)), Count: n, Type: backend.Float32, Mem: backend.Host}
+}
+
 // TestCollTake: which collectives run through shared memory.
 func TestCollTake(t *testing.T) {
-	host := func(n int64) backend.Buffer {
-		return backend.Buffer{Ptr: unsafe.Pointer(new([8]byte)), Count: n, Type: backend.Float32, Mem: backend.Host}
-	}
 	dev := host(2)
 	dev.Mem = backend.Device
 	for _, tc := range []struct {
@@ -60,4 +63,22 @@ func TestCollAbsent(t *testing.T) {
 	assert.ErrorIs(t, err, backend.ErrSkip)
 	_, ok := c.Pending()
 	assert.False(t, ok)
+}
+
+// TestStreamSlot: which slots are written with non-temporal stores.
+func TestStreamSlot(t *testing.T) {
+	for _, tc := range []struct {
+		co   backend.Coll
+		size int
+		want bool
+	}{
+		{backend.Coll{Kind: backend.Bcast, Send: host(1024), Recv: host(1024)}, 2, true}, // 4 KiB of float32
+		{backend.Coll{Kind: backend.Bcast, Send: host(1023), Recv: host(1023)}, 2, false},
+		{backend.Coll{Kind: backend.Bcast, Send: host(1024), Recv: host(1024)}, 4, false},
+		{backend.Coll{Kind: backend.Bcast, Send: host(4096), Recv: host(4096)}, 4, true},
+		{backend.Coll{Kind: backend.Allgather, Send: host(4096), Recv: host(4 * 4096)}, 4, false},
+		{backend.Coll{Kind: backend.Allreduce, Send: host(4096), Recv: host(4096)}, 2, false},
+	} {
+		assert.Equal(t, tc.want, streamSlot(&tc.co, tc.size), "%v of %d bytes on %d ranks", tc.co.Kind, tc.co.Send.Len(), tc.size)
+	}
 }

@@ -82,7 +82,11 @@ func (c *Coll) step(r *collReq, thorough bool) bool {
 				shmem.PrefetchWrite((*byte)(unsafe.Pointer(me.head[(h+1)%collHeads].k)))
 				shmem.PrefetchWrite((*byte)(unsafe.Pointer(me.head[(h+2)%collHeads].k)))
 			}
-			copy(me.data(r.k, n), r.co.Send.Bytes())
+			if streamSlot(&r.co, c.size) {
+				shmem.CopyStream(me.data(r.k, n), r.co.Send.Bytes())
+			} else {
+				copy(me.data(r.k, n), r.co.Send.Bytes())
+			}
 			// Plain stores, published by the store of k after them.
 			*me.head[h].desc = r.desc
 			shmem.Publish(me.head[h].k, r.k)

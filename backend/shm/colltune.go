@@ -29,6 +29,32 @@ var (
 	collAllgather = []collPoint{{2, 4 << 10}, {anyRanks, collSlot}}
 )
 
+// collStreamBcast: from these sizes a Bcast's root copies its part into
+// its slot with non-temporal stores (shmem.CopyStream), which do not take
+// the slot's lines back from the ranks that read them last; its readers
+// then read them from memory. Measured as the other tables (the rows:
+// docs/benchmarks.md, "Copied into the ring without taking its lines"):
+// 2 ranks, 4 KiB 1.4-2.1 → 0.6-1.0 µs and 64 KiB 9.5-10.7 → 3.4-4.5; 4
+// ranks lose at 4 KiB and gain from 16 KiB. Allgather and Allreduce,
+// whose every slot every rank reads, lost or stayed level, and copy as
+// before.
+var collStreamBcast = []collPoint{{2, 4 << 10}, {anyRanks, 16 << 10}}
+
+// streamSlot reports whether co's writer copies into its slot with
+// non-temporal stores, on size ranks.
+func streamSlot(co *backend.Coll, size int) bool {
+	if co.Kind != backend.Bcast {
+		return false
+	}
+	n := co.Send.Len()
+	for _, row := range collStreamBcast {
+		if size <= row.ranks {
+			return n >= row.bytes
+		}
+	}
+	return false
+}
+
 // collSlot is the capacity of one slot of a rank's collective area: no
 // table may go beyond it. collSlots is how many slots a rank has, so how
 // many calls with parts of more than collInline bytes a writer may run
@@ -86,7 +112,7 @@ func take(co *backend.Coll, size int) bool {
 // the conformance suite tries sizes on both sides of each.
 func CollThresholds() []int64 {
 	var all []int64
-	for _, t := range [][]collPoint{collAllreduce, collReduce, collBcast, collAllgather} {
+	for _, t := range [][]collPoint{collAllreduce, collReduce, collBcast, collAllgather, collStreamBcast} {
 		for _, row := range t {
 			all = append(all, row.bytes)
 		}
