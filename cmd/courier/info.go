@@ -11,6 +11,7 @@ import (
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/backend/nccl"
+	"github.com/courier-mp/courier/backend/shm"
 	"github.com/courier-mp/courier/bootstrap"
 	"github.com/courier-mp/courier/cuda"
 	shmem "github.com/courier-mp/courier/internal/shm"
@@ -191,7 +192,24 @@ func shmInfo() string {
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
 		single += " (ptrace_scope " + strings.TrimSpace(string(b)) + ")"
 	}
-	return fmt.Sprintf("shm: ranks of this host share memory (host %.12s…); %s", id, single)
+	return fmt.Sprintf("shm: ranks of this host share memory (host %.12s…); %s; %s", id, single, copyInInfo(os.Getenv))
+}
+
+// copyInInfo says how a sender copies payloads into a ring here
+// (shm.CopyInEnv), and whether this CPU has the non-temporal stores that
+// the default uses.
+func copyInInfo(getenv func(string) string) string {
+	in, err := shm.ParseCopyIn(getenv(shm.CopyInEnv))
+	if err != nil {
+		return err.Error()
+	}
+	switch {
+	case in == shm.CopyInCache:
+		return "payloads copied into the rings through the cache (" + shm.CopyInEnv + "=cache)"
+	case shmem.CanStream():
+		return "payloads from 4 KiB copied into the rings with non-temporal stores"
+	}
+	return "payloads copied into the rings through the cache (this CPU has no AVX2 for non-temporal stores)"
 }
 
 // infoPeers joins the job and prints the transport to each rank.

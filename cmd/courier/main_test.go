@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	shmem "github.com/courier-mp/courier/internal/shm"
 	"github.com/courier-mp/courier/mp"
 )
 
@@ -434,6 +435,28 @@ func TestInfo(t *testing.T) {
 	}
 	if code, _, _ := courier(t, "info", "extra"); code != 2 {
 		t.Errorf("info with an argument: exit %d, want 2", code)
+	}
+}
+
+// TestCopyInInfo: courier info's shm line names how payloads go into the
+// rings, and a bad COURIER_SHM_COPYIN says what it wants.
+func TestCopyInInfo(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "COURIER_SHM_COPYIN" {
+				return v
+			}
+			return ""
+		}
+	}
+	want := "non-temporal stores"
+	if !shmem.CanStream() {
+		want = "no AVX2"
+	}
+	for v, want := range map[string]string{"": want, "cache": "COURIER_SHM_COPYIN=cache", "fast": "want stream or cache"} {
+		if got := copyInInfo(env(v)); !strings.Contains(got, want) {
+			t.Errorf("COURIER_SHM_COPYIN=%q: %q lacks %q", v, got, want)
+		}
 	}
 }
 

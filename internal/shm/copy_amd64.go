@@ -12,6 +12,9 @@ func copyStream(dst, src *byte, n uintptr)
 
 var haveStream = cpu.X86.HasAVX2
 
+// CanStream reports whether CopyStream uses non-temporal stores here.
+func CanStream() bool { return haveStream }
+
 // CopyStream copies src into dst as copy does, for a large copy whose
 // destination will not be read soon (a large message's receive buffer):
 // where the CPU has AVX2 the bulk goes with non-temporal stores, which

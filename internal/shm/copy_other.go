@@ -4,6 +4,9 @@ package shm
 
 import "sync/atomic"
 
+// CanStream reports whether CopyStream uses non-temporal stores: not here.
+func CanStream() bool { return false }
+
 // CopyStream copies src into dst as copy does; see the amd64 version.
 func CopyStream(dst, src []byte) int { return copy(dst, src) }
 
