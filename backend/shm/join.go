@@ -82,24 +82,34 @@ var copyNames = [...]string{CopyAuto: "auto", CopyPipelined: "pipelined", CopySi
 // ParseCopy reads a value of CopyEnv; "" is the default. Anything else is
 // an error that names the choices.
 func ParseCopy(v string) (Copy, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return CopyAuto, nil
-	}
-	for c, name := range copyNames {
-		if v == name {
-			return Copy(c), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: %s=%q: want auto, pipelined or single", backend.ErrInvalid, CopyEnv, v)
+	return parseChoice[Copy](CopyEnv, v, copyNames[:], "want auto, pipelined or single")
 }
 
 // String is the mode's name, as CopyEnv spells it.
-func (c Copy) String() string {
-	if int(c) < len(copyNames) {
-		return copyNames[c]
+func (c Copy) String() string { return choiceName(c, copyNames[:], "copy") }
+
+// parseChoice reads v, a value of the environment variable env, as one of
+// names (its index); "" is the first. Anything else is an error matching
+// backend.ErrInvalid that says want.
+func parseChoice[T ~uint8](env, v string, names []string, want string) (T, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, nil
 	}
-	return fmt.Sprintf("copy(%d)", uint8(c))
+	for c, name := range names {
+		if v == name {
+			return T(c), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s=%q: %s", backend.ErrInvalid, env, v, want)
+}
+
+// choiceName is c's name in names, or kind(c) for a value without one.
+func choiceName[T ~uint8](c T, names []string, kind string) string {
+	if int(c) < len(names) {
+		return names[c]
+	}
+	return fmt.Sprintf("%s(%d)", kind, uint8(c))
 }
 
 // CopyIn is how a sender copies a payload into the ring.
@@ -129,25 +139,11 @@ var copyInNames = [...]string{CopyInStream: "stream", CopyInCache: "cache"}
 // ParseCopyIn reads a value of CopyInEnv; "" is the default. Anything
 // else is an error that names the choices.
 func ParseCopyIn(v string) (CopyIn, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return CopyInStream, nil
-	}
-	for c, name := range copyInNames {
-		if v == name {
-			return CopyIn(c), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: %s=%q: want stream or cache", backend.ErrInvalid, CopyInEnv, v)
+	return parseChoice[CopyIn](CopyInEnv, v, copyInNames[:], "want stream or cache")
 }
 
 // String is the mode's name, as CopyInEnv spells it.
-func (c CopyIn) String() string {
-	if int(c) < len(copyInNames) {
-		return copyInNames[c]
-	}
-	return fmt.Sprintf("copyin(%d)", uint8(c))
-}
+func (c CopyIn) String() string { return choiceName(c, copyInNames[:], "copyin") }
 
 // streamInFrom is the smallest payload CopyInStream copies with
 // non-temporal stores (shmem.CopyStream copies smaller ones plainly).

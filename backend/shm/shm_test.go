@@ -158,18 +158,6 @@ func TestCopyIn(t *testing.T) {
 	}
 }
 
-func TestParseCopyIn(t *testing.T) {
-	for v, want := range map[string]CopyIn{"": CopyInStream, "stream": CopyInStream, " cache ": CopyInCache} {
-		c, err := ParseCopyIn(v)
-		require.NoError(t, err, v)
-		assert.Equal(t, want, c, v)
-	}
-	_, err := ParseCopyIn("nt")
-	require.ErrorIs(t, err, backend.ErrInvalid)
-	assert.Contains(t, err.Error(), CopyInEnv)
-	assert.Equal(t, "copyin(9)", CopyIn(9).String())
-}
-
 // TestStreamUnaligned: a message large enough to be copied out with
 // non-temporal stores, sent from and received into buffers at odd
 // addresses, arrives whole, and the bytes around the receive buffer stay
@@ -295,6 +283,8 @@ func TestChooser(t *testing.T) {
 	assert.Less(t, pipe, float64(4<<20)/1e6, "no faster than 4 MiB in the millisecond slept")
 }
 
+// TestParseCopy: the values of CopyEnv and CopyInEnv, and the errors of
+// others.
 func TestParseCopy(t *testing.T) {
 	for v, want := range map[string]Copy{"": CopyAuto, "auto": CopyAuto, "pipelined": CopyPipelined, " single ": CopySingle} {
 		c, err := ParseCopy(v)
@@ -304,6 +294,17 @@ func TestParseCopy(t *testing.T) {
 	_, err := ParseCopy("zero")
 	require.ErrorIs(t, err, backend.ErrInvalid)
 	assert.Contains(t, err.Error(), CopyEnv)
+	assert.Equal(t, "copy(9)", Copy(9).String())
+
+	for v, want := range map[string]CopyIn{"": CopyInStream, "stream": CopyInStream, " cache ": CopyInCache} {
+		c, err := ParseCopyIn(v)
+		require.NoError(t, err, v)
+		assert.Equal(t, want, c, v)
+	}
+	_, err = ParseCopyIn("nt")
+	require.ErrorIs(t, err, backend.ErrInvalid)
+	assert.Contains(t, err.Error(), CopyInEnv)
+	assert.Equal(t, "copyin(9)", CopyIn(9).String())
 }
 
 func TestParseFill(t *testing.T) {
