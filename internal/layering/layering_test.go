@@ -77,7 +77,7 @@ var allowed = map[string][]string{
 	"internal/conformance/inproc":   nil, // tests only
 	"internal/bench":                {"cuda", "mp"},
 	"internal/bench/chart":          {"internal/bench"},
-	"cmd/courier":                   {"backend", "backend/nccl", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "internal/trace", "mp"},
+	"cmd/courier":                   {"backend", "backend/nccl", "backend/shm", "bootstrap", "cuda", "internal/bench", "internal/bench/chart", "internal/launch", "internal/shm", "internal/trace", "mp"}, // the transports' settings, for courier info
 	"examples/...":                  {"cuda", "mp"},
 	"internal/campaign":             {"internal/conformance/proctest", "mp"}, // the kill campaign
 	"internal/faultproxy":           {"internal/engine"},                     // a relay for tests that alters courier's frames
