@@ -10,7 +10,7 @@ import (
 	"github.com/courier-mp/courier/internal/testscope"
 	"github.com/courier-mp/courier/mp"
 
-	_ "github.com/courier-mp/courier/backend/nccl"
+	"github.com/courier-mp/courier/backend/nccl"
 )
 
 // The conformance suite on the nccl backend's communicator logic, with
@@ -86,6 +86,14 @@ func TestConformanceFakeChecked(t *testing.T) {
 	}
 	for _, n := range counts {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			if n == 4 && nccl.RaceEnabled {
+				// Under the race detector, in CI beside every other
+				// package's race tests on 2 cores, Coll/Thresholds on 4
+				// ranks ran past its 35 s (it takes 6 s alone): the heavy
+				// cases run on 2 and 3 ranks there.
+				conformance.RunLight(t, n, fakeRunner(mp.WithCheck(true)), "ranks=2 and 3 under -race")
+				return
+			}
 			conformance.Run(t, n, fakeRunner(mp.WithCheck(true)))
 		})
 	}
