@@ -195,7 +195,7 @@ func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
 	// Field by field: the request is reused, and its atomic word is
 	// stored only when it changes.
 	r.c, r.co, r.k, r.desc = c, co, c.seq, collDesc(&co)
-	r.phase, r.held, r.busy, r.finished, r.err, r.doneCh = phaseWrite, false, true, false, nil, nil
+	r.phase, r.busy, r.finished, r.err, r.doneCh = phaseWrite, true, false, nil, nil
 	if r.waitFor.Load() != 0 {
 		r.waitFor.Store(0)
 	}
@@ -257,7 +257,6 @@ type collReq struct {
 	k       uint64 // its number: the value of the sequence words it waits for
 	desc    uint64
 	phase   uint8
-	held    bool         // it waited for a reader to free its head or slot (step)
 	waitFor atomic.Int32 // 1 + the rank it waits for (0: none yet); read by Pending from any goroutine
 
 	// Under c.infoMu:

@@ -69,7 +69,6 @@ func (c *Coll) step(r *collReq, thorough bool) bool {
 					// At most k: the reader will enter call k.
 					need := r.k + 1 - d + d/4
 					if c.seen[j] = c.areas[j].seq.Load(); c.seen[j] < need {
-						r.held = true
 						r.setWaitFor(j)
 						return false
 					}
@@ -78,7 +77,8 @@ func (c *Coll) step(r *collReq, thorough bool) bool {
 			if d == collHeads {
 				// The next calls' heads were read by every rank long
 				// ago: take their lines back now, so that their stores
-				// of k, atomic (a fence), do not wait for them.
+				// of k (and, where Publish is sequentially consistent,
+				// the fence with them) do not wait for them.
 				shmem.PrefetchWrite((*byte)(unsafe.Pointer(me.head[(h+1)%collHeads].k)))
 				shmem.PrefetchWrite((*byte)(unsafe.Pointer(me.head[(h+2)%collHeads].k)))
 			}
@@ -97,24 +97,26 @@ func (c *Coll) step(r *collReq, thorough bool) bool {
 				c.areas[j].bell.Ring()
 			}
 		}
+		if r.co.Kind == backend.Bcast || r.co.Kind == backend.Reduce {
+			// The writers of these run ahead (a Bcast's root, a Reduce's
+			// non-roots): the heads of the next calls are likely written
+			// already: fetching those 4 and 8 calls on overlaps their
+			// misses with this call's work (1 and 2 on came too late to
+			// help). Once a call, not on every poll of its wait.
+			lo, hi := readRange(&r.co, c.rank, c.size)
+			for j := lo; j < hi; j++ {
+				if j != c.rank {
+					shmem.Prefetch((*byte)(unsafe.Pointer(c.areas[j].head[(h+4)%collHeads].k)))
+					shmem.Prefetch((*byte)(unsafe.Pointer(c.areas[j].head[(h+8)%collHeads].k)))
+				}
+			}
+		}
 		r.phase = phaseRead
 	}
 	if r.phase != phaseRead {
 		return true
 	}
 	lo, hi := readRange(&r.co, c.rank, c.size)
-	if r.co.Kind == backend.Bcast || r.co.Kind == backend.Reduce {
-		// The writers of these run ahead (a Bcast's root, a Reduce's
-		// non-roots): the heads of the next calls are likely written
-		// already: fetching those 4 and 8 calls on overlaps their misses with
-		// this call's work (1 and 2 on came too late to help).
-		for j := lo; j < hi; j++ {
-			if j != c.rank {
-				shmem.Prefetch((*byte)(unsafe.Pointer(c.areas[j].head[(h+4)%collHeads].k)))
-				shmem.Prefetch((*byte)(unsafe.Pointer(c.areas[j].head[(h+8)%collHeads].k)))
-			}
-		}
-	}
 	for j := lo; j < hi; j++ {
 		if j == c.rank {
 			continue

@@ -43,16 +43,18 @@ var collStreamBcast = []collPoint{{2, 4 << 10}, {anyRanks, 16 << 10}}
 // streamSlot reports whether co's writer copies into its slot with
 // non-temporal stores, on size ranks.
 func streamSlot(co *backend.Coll, size int) bool {
-	if co.Kind != backend.Bcast {
-		return false
-	}
-	n := co.Send.Len()
-	for _, row := range collStreamBcast {
+	from, ok := rowFor(collStreamBcast, size)
+	return ok && co.Kind == backend.Bcast && co.Send.Len() >= from
+}
+
+// rowFor is the size of t's first row for size ranks, if any.
+func rowFor(t []collPoint, size int) (int64, bool) {
+	for _, row := range t {
 		if size <= row.ranks {
-			return n >= row.bytes
+			return row.bytes, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // collSlot is the capacity of one slot of a rank's collective area: no
@@ -99,13 +101,8 @@ func take(co *backend.Coll, size int) bool {
 	default:
 		return false
 	}
-	n := co.Send.Len()
-	for _, row := range t {
-		if size <= row.ranks {
-			return n <= min(row.bytes, collSlot)
-		}
-	}
-	return false
+	upTo, ok := rowFor(t, size)
+	return ok && co.Send.Len() <= min(upTo, collSlot)
 }
 
 // CollThresholds lists every size of the tables, for the test that checks

@@ -67,9 +67,6 @@ func EnableFastPublish() bool {
 	return fastPublish.Load()
 }
 
-// FastPublish reports whether Publish is a release store in this process.
-func FastPublish() bool { return fastPublish.Load() }
-
 // Publish stores v in *w for another process to read: after every store
 // this goroutine made before it, and, where EnableFastPublish succeeded,
 // without waiting for the line (see above). A producer that publishes
