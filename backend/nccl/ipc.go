@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/cuda"
@@ -193,13 +195,16 @@ type ipcPeer struct {
 	sendMu  sync.Mutex
 	sendBuf []byte
 	copyMu  sync.Mutex
-	batch   []ipcJob
-	errs    []error
 	doneOut [ipcDoneSize]byte
-	desc    ipcReader
-	done    ipcReader
-	queued  atomic.Bool
-	matched atomic.Bool
+	// flights are the batches of copies on the GPU, a ring: inFlight of
+	// them from first; under copyMu.
+	flights  [ipcFlights]ipcFlight
+	first    int
+	inFlight int
+	desc     ipcReader
+	done     ipcReader
+	queued   atomic.Bool
+	matched  atomic.Bool
 	// descNext is the number of the next DESC due; under desc.mu.
 	descNext uint64
 	// Sending: the sends posted and not yet described (the sender
@@ -338,8 +343,6 @@ func newIPCPath(mem ipcMem, on []bool) *ipcPath {
 		ip := &ipcPeer{
 			rank:     k,
 			sendBuf:  make([]byte, ipcDescSize+ipcInline),
-			batch:    make([]ipcJob, 0, ipcBatch),
-			errs:     make([]error, 0, ipcBatch),
 			sends:    make(map[uint64]*request),
 			told:     make(map[uint64]bool),
 			sendWake: make(chan struct{}, 1),
@@ -801,47 +804,138 @@ func (c *conn) ipcTakeDesc(ip *ipcPeer, st backend.Status, err error) bool {
 }
 
 // ipcCopier is the goroutine of the copying stage: woken when receives
-// match their messages, it copies what waits.
+// match their messages, it runs the stage (ipcCopyRun). When the
+// communicator stops it finishes the batches still on the GPU (Close
+// waits for it).
 func (c *conn) ipcCopier(ip *ipcPeer) {
 	defer c.wg.Done()
 	for c.waitIPC(ip.copyWake) {
-		ip.copyMu.Lock()
+		c.ipcCopyRun(ip)
+	}
+	ip.copyMu.Lock()
+	defer ip.copyMu.Unlock()
+	for ip.inFlight > 0 {
+		c.ipcAwaitFirst(ip)
 		c.ipcCopyStep(ip, false)
-		ip.copyMu.Unlock()
 	}
 }
 
-// ipcCopyStep copies the matched messages into their receives, in the
-// order they matched, until none waits: it takes every pair waiting (up
-// to ipcBatch), queues their copies on the peer's copy stream, waits once
-// for them all, tells the sender (DONE) for each message of its memory,
-// and completes the receives. Copies of back-to-back messages so follow
-// one another on the GPU without a wait between them. Under ip.copyMu. A
-// pumper leaves a batch with a receive whose copy must wait for its
-// caller's stream (IrecvOnStream) to the stage's goroutine, and wakes it,
-// as ipcSendStep does.
-func (c *conn) ipcCopyStep(ip *ipcPeer, pumper bool) {
-	for {
-		c.mu.Lock()
-		if len(ip.work) == 0 {
-			ip.matched.Store(false)
-			c.mu.Unlock()
+// ipcCopyRun runs the copying stage until no batch is left on the GPU,
+// or goroutines that wait for the path's requests run it (they finish
+// the batches; the last of them to stop wakes this goroutine if some are
+// left: ipcPath.unpump). It polls the GPU, yielding between looks, and
+// after ipcPollFor without a batch done it blocks in the driver for the
+// oldest, as awaitEvent does.
+func (c *conn) ipcCopyRun(ip *ipcPeer) {
+	start := time.Now()
+	for i := 1; ; i++ {
+		ip.copyMu.Lock()
+		busy, moved := c.ipcCopyStep(ip, false)
+		if busy && !moved && i%64 == 0 && time.Since(start) > ipcPollFor {
+			c.ipcAwaitFirst(ip)
+			moved = true
+		}
+		ip.copyMu.Unlock()
+		if !busy || c.ipc.pumpers.Load() > 0 {
 			return
 		}
-		k := min(len(ip.work), ipcBatch)
-		if pumper && followsStream(ip.work[:k]) {
-			c.mu.Unlock()
-			wakeUp(ip.copyWake)
-			return
+		select {
+		case <-c.stop:
+			return // ipcCopier finishes what is on the GPU
+		default:
 		}
-		batch := append(ip.batch[:0], ip.work[:k]...)
-		clear(ip.work[:k])
-		ip.work = ip.work[k:]
-		c.mu.Unlock()
-		c.ipcCopyBatch(ip, batch)
-		clear(batch)
-		ip.batch = batch[:0]
+		if moved {
+			start = time.Now()
+		}
+		runtime.Gosched()
 	}
+}
+
+// ipcAwaitFirst waits until the oldest batch on the GPU has run (its
+// mark has passed; ipcCopyStep then finishes it); under ip.copyMu.
+func (c *conn) ipcAwaitFirst(ip *ipcPeer) {
+	if f := &ip.flights[ip.first]; ip.inFlight > 0 && f.marked {
+		if err := c.ipc.mem.awaitMark(ip.rank, ip.first); err != nil {
+			f.fail(ip.rank, err)
+		}
+		f.marked = false
+	}
+}
+
+// ipcFlights bounds the batches of copies a peer's copying stage keeps on
+// the GPU at once, each with a mark of its own: messages that match while
+// the copies before them run are queued behind them, so the copy engine
+// never waits for the CPU between batches.
+const ipcFlights = 8
+
+// ipcBatch bounds the copies of one batch.
+const ipcBatch = 64
+
+// ipcFlight is a batch of matched messages whose copies are queued on the
+// GPU. Once its mark has passed, the batch is finished: the sender told
+// (DONE) and the receives completed, in the order they matched.
+type ipcFlight struct {
+	jobs []ipcJob
+	errs []error // by job: why its copy failed (nil: it did not)
+	// marked: a mark follows the batch's copies on the stream, not yet
+	// seen to pass (none is set where no copy went on the stream).
+	marked bool
+}
+
+// fail records err for each of the batch's copies that had none.
+func (f *ipcFlight) fail(peer int, err error) {
+	for i := range f.errs {
+		if f.errs[i] == nil {
+			f.errs[i] = fmt.Errorf("nccl: copying messages from rank %d: %w", peer, err)
+		}
+	}
+}
+
+// ipcCopyStep runs the copying stage without waiting for the GPU: it
+// finishes the batches whose copies have run, oldest first, and queues
+// the matched pairs that wait as new batches while there is room, until
+// neither moves. It reports whether batches are left on the GPU, and
+// whether it moved anything. Under ip.copyMu. A pumper leaves a batch
+// with a receive whose copy must wait for its caller's stream
+// (IrecvOnStream) to the stage's goroutine, and wakes it, as ipcSendStep
+// does: queuing that copy may block until the caller's stream has run.
+func (c *conn) ipcCopyStep(ip *ipcPeer, pumper bool) (busy, moved bool) {
+	for {
+		did := false
+		for ip.inFlight > 0 {
+			f := &ip.flights[ip.first]
+			if f.marked {
+				done, err := c.ipc.mem.marked(ip.rank, ip.first)
+				if err == nil && !done {
+					break
+				}
+				if err != nil {
+					f.fail(ip.rank, err)
+				}
+				f.marked = false
+			}
+			c.ipcFinish(ip, f)
+			ip.first = (ip.first + 1) % ipcFlights
+			ip.inFlight--
+			did = true
+		}
+		if ip.inFlight < ipcFlights && c.ipcLaunch(ip, pumper) {
+			did = true
+		}
+		if !did {
+			break
+		}
+		moved = true
+	}
+	if ip.inFlight > 0 {
+		return true, moved
+	}
+	c.mu.Lock()
+	if len(ip.work) == 0 {
+		ip.matched.Store(false)
+	}
+	c.mu.Unlock()
+	return false, moved
 }
 
 // followsStream reports whether a job of jobs has a receive whose copy
@@ -855,15 +949,34 @@ func followsStream(jobs []ipcJob) bool {
 	return false
 }
 
-// ipcCopyBatch copies one batch of matched messages (ipcCopyStep).
-func (c *conn) ipcCopyBatch(ip *ipcPeer, batch []ipcJob) {
-	errs := ip.errs[:0]
-	queued, forgets := false, false
-	for _, j := range batch {
+// ipcLaunch takes the oldest matched pairs (up to ipcBatch) as a batch,
+// queues their copies on the peer's copy stream and a mark after them,
+// and reports whether it took any; under ip.copyMu, with room for a
+// batch.
+func (c *conn) ipcLaunch(ip *ipcPeer, pumper bool) bool {
+	c.mu.Lock()
+	if len(ip.work) == 0 {
+		c.mu.Unlock()
+		return false
+	}
+	k := min(len(ip.work), ipcBatch)
+	if pumper && followsStream(ip.work[:k]) {
+		c.mu.Unlock()
+		wakeUp(ip.copyWake)
+		return false
+	}
+	slot := (ip.first + ip.inFlight) % ipcFlights
+	f := &ip.flights[slot]
+	f.jobs = append(f.jobs[:0], ip.work[:k]...)
+	clear(ip.work[:k])
+	ip.work = ip.work[k:]
+	c.mu.Unlock()
+	errs := f.errs[:0]
+	queued := false
+	for _, j := range f.jobs {
 		d := &j.m.d
 		if d.forget {
 			errs = append(errs, nil)
-			forgets = true
 			continue
 		}
 		err := j.verdict
@@ -876,52 +989,58 @@ func (c *conn) ipcCopyBatch(ip *ipcPeer, batch []ipcJob) {
 				err = c.ipc.mem.writeIn(ip.rank, j.r.buf, j.m.data)
 			} else if err == nil {
 				err = c.ipc.mem.copyIn(ip.rank, j.r.buf, d.region, d.bytes())
-				queued = true
 			}
+			queued = queued || err == nil
 			if err != nil {
 				err = fmt.Errorf("nccl: copying a message of %d bytes from rank %d: %w", d.bytes(), ip.rank, err)
 			}
 		}
 		errs = append(errs, err)
 	}
+	f.errs = errs
+	f.marked = false
 	if queued {
-		if err := c.ipc.mem.settle(ip.rank); err != nil {
-			for i := range errs {
-				if errs[i] == nil {
-					errs[i] = fmt.Errorf("nccl: copying messages from rank %d: %w", ip.rank, err)
-				}
-			}
+		if err := c.ipc.mem.mark(ip.rank, slot); err != nil {
+			// Their end cannot be seen: the receives fail.
+			f.fail(ip.rank, fmt.Errorf("marking the copies' end: %w", err))
+		} else {
+			f.marked = true
 		}
 	}
-	if forgets {
-		// After the copies queued before: none reads a mapping closed.
-		for _, j := range batch {
-			if j.m.d.forget {
-				c.ipc.mem.forget(ip.rank, j.m.d.region.ID)
-			}
+	ip.inFlight++
+	return true
+}
+
+// ipcFinish finishes batch f, whose copies have run: it closes the
+// mappings its forgets name (no copy queued before reads them any more),
+// tells the sender of each message of its memory that it is copied
+// (DONE), and completes the receives. Under ip.copyMu.
+func (c *conn) ipcFinish(ip *ipcPeer, f *ipcFlight) {
+	for _, j := range f.jobs {
+		if j.m.d.forget {
+			c.ipc.mem.forget(ip.rank, j.m.d.region.ID)
 		}
 	}
 	done := &ip.doneOut
-	for _, j := range batch {
+	for _, j := range f.jobs {
 		if d := &j.m.d; !d.inline && !d.forget {
 			binary.LittleEndian.PutUint64(done[:], d.seq)
 			c.ctl.send(hostBytes(done[:]), ip.rank, ipcDoneTag, 0) // a sender that is gone needs no DONE
 		}
 	}
 	c.mu.Lock()
-	for i, j := range batch {
+	for i, j := range f.jobs {
 		if d := &j.m.d; !d.forget {
-			c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, errs[i])
+			c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, f.errs[i])
 		}
 		ip.freeMsgLocked(j.m)
 	}
 	c.mu.Unlock()
-	clear(errs)
-	ip.errs = errs[:0]
+	clear(f.jobs)
+	f.jobs = f.jobs[:0]
+	clear(f.errs)
+	f.errs = f.errs[:0]
 }
-
-// ipcBatch bounds the copies the copier queues before it waits for them.
-const ipcBatch = 64
 
 // ipcTakeDone is the DONE stage's take: it completes the send the DONE
 // names, and, when the host connection ends, fails the sends still
@@ -964,7 +1083,7 @@ func (c *conn) ipcDescribe(ip *ipcPeer, r *request, buf []byte) {
 		c.mu.Unlock()
 	}
 	if ev := c.takeAfter(r); ev != nil {
-		err := awaitEvent(ev) // polled: see cudaIPC.settle
+		err := awaitEvent(ev)
 		ev.Destroy()
 		if err != nil {
 			fail(fmt.Errorf("nccl: waiting for the caller's stream before a send to rank %d: %w", ip.rank, err))

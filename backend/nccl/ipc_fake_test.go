@@ -62,7 +62,11 @@ func (m *hostIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64
 	return nil
 }
 
-func (m *hostIPC) settle(int) error { return nil }
+func (m *hostIPC) mark(int, int) error { return nil }
+
+func (m *hostIPC) marked(int, int) (bool, error) { return true, nil }
+
+func (m *hostIPC) awaitMark(int, int) error { return nil }
 
 func (m *hostIPC) follow(int, *cuda.Event) error { return errNoStreams }
 

@@ -18,8 +18,8 @@ import (
 // on a real or fake GPU (cudaIPC), or host memory in the tests of the
 // fake engine. Each method may be called from any of the path's
 // goroutines, beside the others; those that take a peer are called for
-// that peer by one goroutine at a time (its copier), and each returns
-// once its copy is done.
+// that peer by one goroutine at a time (the one that holds its copying
+// stage).
 type ipcMem interface {
 	// readOut copies the bytes of buf (host or device memory) into dst.
 	readOut(dst []byte, buf backend.Buffer) error
@@ -28,18 +28,25 @@ type ipcMem interface {
 	// memory first. The source's release is called once the peer has
 	// copied them.
 	export(buf backend.Buffer) (ipcSource, error)
-	// writeIn copies data into buf, a receive from peer.
+	// writeIn copies data into buf, a receive from peer; it returns once
+	// data may be reused (into device memory, the copy itself may still
+	// be queued: a mark after it says when it has run).
 	writeIn(peer int, buf backend.Buffer, data []byte) error
 	// copyIn copies the first n bytes at the region of peer's memory
 	// into buf: queued on peer's copy stream when buf is device memory
-	// (settle waits for it), done at once into host memory. The mapping
-	// of the region's allocation stays open for
-	// the next message from it (a bounded cache, keyed by the peer and
-	// the allocation's number, so a mapping is never used for another
+	// (a mark after it says when it has run), done at once into host
+	// memory. The mapping of the region's allocation stays open for the
+	// next message from it (a bounded cache, keyed by the peer and the
+	// allocation's number, so a mapping is never used for another
 	// allocation at the same address).
 	copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64) error
-	// settle waits for the copies copyIn queued for peer.
-	settle(peer int) error
+	// mark sets mark k of peer (0 ≤ k < ipcFlights) after the copies
+	// queued for peer so far; marked reports, without waiting, whether
+	// they have run; awaitMark waits until they have. A mark is set again
+	// only once marked or awaitMark has seen it pass.
+	mark(peer, k int) error
+	marked(peer, k int) (bool, error)
+	awaitMark(peer, k int) error
 	// forget closes peer's mapping of its allocation id, if one is open:
 	// peer freed it (the copies from it have run).
 	forget(peer int, id uint64)
@@ -77,7 +84,7 @@ const ipcStageMin = 1 << 16
 type cudaIPC struct {
 	dev     cuda.Device
 	streams []*cuda.Stream // by peer: the stream its copier copies on
-	marks   []*cuda.Event  // by peer: recorded on its stream to see the copies done
+	marks   [][]*cuda.Event // by peer, ipcFlights each: recorded on its stream to see the copies done
 
 	mu    sync.Mutex
 	maps  []*ipcCache                  // by peer
@@ -104,7 +111,7 @@ type ipcMapping struct {
 // newCudaIPC makes the IPC path's memory side on dev for the peers of on:
 // a copy stream for each.
 func newCudaIPC(dev cuda.Device, on []bool) (*cudaIPC, error) {
-	m := &cudaIPC{dev: dev, streams: make([]*cuda.Stream, len(on)), marks: make([]*cuda.Event, len(on)), maps: make([]*ipcCache, len(on)), stage: map[int64][]cuda.Slice[byte]{}}
+	m := &cudaIPC{dev: dev, streams: make([]*cuda.Stream, len(on)), marks: make([][]*cuda.Event, len(on)), maps: make([]*ipcCache, len(on)), stage: map[int64][]cuda.Slice[byte]{}}
 	for p, yes := range on {
 		if !yes {
 			continue
@@ -115,9 +122,13 @@ func newCudaIPC(dev cuda.Device, on []bool) (*cudaIPC, error) {
 			return nil, fmt.Errorf("nccl: creating the IPC path's copy stream on %v: %w", dev, err)
 		}
 		m.streams[p] = s
-		if m.marks[p], err = cuda.NewEvent(dev); err != nil {
-			m.close()
-			return nil, fmt.Errorf("nccl: creating the IPC path's copy event on %v: %w", dev, err)
+		m.marks[p] = make([]*cuda.Event, ipcFlights)
+		for k := range m.marks[p] {
+			// No timing: cheaper to record and to query.
+			if m.marks[p][k], err = cuda.NewEventNoTiming(dev); err != nil {
+				m.close()
+				return nil, fmt.Errorf("nccl: creating the IPC path's copy events on %v: %w", dev, err)
+			}
 		}
 		m.maps[p] = &ipcCache{byID: map[uint64]*list.Element{}}
 	}
@@ -208,10 +219,8 @@ func (m *cudaIPC) writeIn(peer int, buf backend.Buffer, data []byte) error {
 		return nil
 	}
 	dst, _ := m.view(buf).Sub(0, int64(len(data)))
-	if err := cuda.CopyToDeviceAsync(dst, data, m.streams[peer]); err != nil {
-		return err
-	}
-	return m.settle(peer)
+	// From ordinary Go memory the call returns once data may be reused.
+	return cuda.CopyToDeviceAsync(dst, data, m.streams[peer])
 }
 
 func (m *cudaIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64) error {
@@ -230,27 +239,21 @@ func (m *cudaIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64
 	return cuda.CopyDeviceAsync(dst, src, m.streams[peer])
 }
 
-// settle waits until the copies queued on peer's stream have run. It
-// polls an event recorded after them, yielding between looks, instead of
-// blocking in the driver: a rank that mpirun binds to one core has one
-// thread to run on, and a driver call that spins there (as
-// cuStreamSynchronize does) takes turns with the goroutines that spin for
-// the messages in time slices of milliseconds; polling from Go takes turns
-// with them at every look. After ipcPollFor it blocks in the driver.
-func (m *cudaIPC) settle(peer int) error {
-	return awaitStream(m.streams[peer], m.marks[peer])
-}
+// mark records peer's event k on its copy stream.
+func (m *cudaIPC) mark(peer, k int) error { return m.marks[peer][k].Record(m.streams[peer]) }
 
-// awaitStream records ev on s and waits for it (awaitEvent).
-func awaitStream(s *cuda.Stream, ev *cuda.Event) error {
-	if err := ev.Record(s); err != nil {
-		return err
-	}
-	return awaitEvent(ev)
-}
+// marked queries peer's event k.
+func (m *cudaIPC) marked(peer, k int) (bool, error) { return m.marks[peer][k].Query() }
 
-// awaitEvent waits for ev: polled, yielding, for up to ipcPollFor, then
-// blocked in the driver.
+// awaitMark waits for peer's event k (awaitEvent).
+func (m *cudaIPC) awaitMark(peer, k int) error { return awaitEvent(m.marks[peer][k]) }
+
+// awaitEvent waits for ev: polled, yielding between looks, for up to
+// ipcPollFor, then blocked in the driver. Polled, not blocked from the
+// start: a rank that mpirun binds to one core has one thread to run on,
+// and a driver call that spins there (as cuStreamSynchronize does) takes
+// turns with the goroutines that spin for the messages in time slices of
+// milliseconds; polling from Go takes turns with them at every look.
 func awaitEvent(ev *cuda.Event) error {
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -380,11 +383,13 @@ func (m *cudaIPC) close() error {
 			m.streams[p] = nil
 		}
 	}
-	for p, e := range m.marks {
-		if e != nil {
-			keep(e.Destroy())
-			m.marks[p] = nil
+	for p, es := range m.marks {
+		for _, e := range es {
+			if e != nil {
+				keep(e.Destroy())
+			}
 		}
+		m.marks[p] = nil
 	}
 	for _, s := range m.all {
 		keep(s.Free())

@@ -23,9 +23,17 @@
  * the default: a POSIX shared-memory file, polled), or an MPI message
  * (-token mpi).
  *
+ * Variants of the latency, to see what the parts of a message cost:
+ * -pull (each rank copies the other's buffer into its own after taking
+ * the token, as courier's receiver does, instead of writing into the
+ * other's), and -wait poll (a copy is waited for by an event recorded
+ * after it and polled, yielding the CPU between looks, as courier does,
+ * instead of cudaStreamSynchronize).
+ *
  * Options: -dev D (both ranks on GPU D; default: the local rank's GPU
  * modulo the GPU count, so two ranks on a 1-GPU machine share it);
- * -lat SIZES, -bw SIZES (bytes, with k or m suffixes); -iters N.
+ * -lat SIZES, -bw SIZES (bytes, with k or m suffixes); -iters N; -pull;
+ * -wait sync|poll.
  *
  * Build and run on the GPU machine:
  *   mpicc -O2 -o ipc bench/cuda/ipc.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart -lrt
@@ -34,6 +42,7 @@
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +89,25 @@ static void take(uint64_t n) {
 }
 
 static uint64_t step;
+static int poll_wait;
+static cudaEvent_t mark;
+
+/* settle waits for the work queued on s: cudaStreamSynchronize, or (-wait
+ * poll) an event recorded after it, polled. */
+static void settle(cudaStream_t s);
+
+static void settle(cudaStream_t s) {
+	if (!poll_wait) {
+		CK(cudaStreamSynchronize(s));
+		return;
+	}
+	CK(cudaEventRecord(mark, s));
+	cudaError_t e;
+	while ((e = cudaEventQuery(mark)) == cudaErrorNotReady) {
+		sched_yield();
+	}
+	CK(e);
+}
 
 static size_t parse_size(const char *s) {
 	char *end;
@@ -110,7 +138,7 @@ int main(int argc, char **argv) {
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
 	size_t lat[32] = {8, 4096, 131072}, bw[32] = {2 << 20, 32 << 20, 128 << 20, 512 << 20};
-	int nlat = 3, nbw = 4, iters = 0, dev = -1;
+	int nlat = 3, nbw = 4, iters = 0, dev = -1, pull = 0;
 	const char *token = "shm";
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-lat") && i + 1 < argc) nlat = parse_list(argv[++i], lat, 32);
@@ -118,6 +146,8 @@ int main(int argc, char **argv) {
 		else if (!strcmp(argv[i], "-iters") && i + 1 < argc) iters = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-dev") && i + 1 < argc) dev = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-token") && i + 1 < argc) token = argv[++i];
+		else if (!strcmp(argv[i], "-pull")) pull = 1;
+		else if (!strcmp(argv[i], "-wait") && i + 1 < argc) poll_wait = !strcmp(argv[++i], "poll");
 		else {
 			if (rank == 0) fprintf(stderr, "ipc: unknown argument %s\n", argv[i]);
 			MPI_Abort(MPI_COMM_WORLD, 2);
@@ -163,8 +193,10 @@ int main(int argc, char **argv) {
 	double open_us = (now() - t0) * 1e6;
 	cudaStream_t s;
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	CK(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming));
 	if (rank == 0) {
-		printf("# ipc.c: 2 ranks, GPU %d and the other rank's GPU via IPC, %d GPU(s) here, token %s\n", dev, ngpu, token);
+		printf("# ipc.c: 2 ranks, GPU %d and the other rank's GPU via IPC, %d GPU(s) here, token %s, latency by %s, waits by %s\n", dev, ngpu, token,
+		       pull ? "pull" : "push", poll_wait ? "a polled event" : "cudaStreamSynchronize");
 		printf("%-10s %12s %14s %12s\n", "kind", "bytes", "latency (us)", "GB/s");
 		printf("%-10s %12s %14.1f %12s\n", "open", "-", open_us, "-");
 	}
@@ -178,15 +210,25 @@ int main(int argc, char **argv) {
 			MPI_Barrier(MPI_COMM_WORLD);
 			double t = now();
 			for (int k = 0; k < reps; k++) {
-				if (rank == 0) {
+				if (pull && rank == 0) {
+					give(++step);
+					take(step);
+					CK(cudaMemcpyAsync(mine, theirs, n, cudaMemcpyDeviceToDevice, s));
+					settle(s);
+				} else if (pull) {
+					take(++step);
+					CK(cudaMemcpyAsync(mine, theirs, n, cudaMemcpyDeviceToDevice, s));
+					settle(s);
+					give(step);
+				} else if (rank == 0) {
 					CK(cudaMemcpyAsync(theirs, mine, n, cudaMemcpyDeviceToDevice, s));
-					CK(cudaStreamSynchronize(s));
+					settle(s);
 					give(++step);
 					take(step);
 				} else {
 					take(++step);
 					CK(cudaMemcpyAsync(theirs, mine, n, cudaMemcpyDeviceToDevice, s));
-					CK(cudaStreamSynchronize(s));
+					settle(s);
 					give(step);
 				}
 			}
@@ -219,6 +261,7 @@ int main(int argc, char **argv) {
 			}
 		}
 	}
+	CK(cudaEventDestroy(mark));
 	CK(cudaStreamDestroy(s));
 	CK(cudaIpcCloseMemHandle(theirs));
 	MPI_Barrier(MPI_COMM_WORLD);
