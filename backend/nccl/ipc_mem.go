@@ -83,7 +83,7 @@ const ipcStageMin = 1 << 16
 // cudaIPC is ipcMem on the CUDA driver.
 type cudaIPC struct {
 	dev     cuda.Device
-	streams []*cuda.Stream // by peer: the stream its copier copies on
+	streams []*cuda.Stream  // by peer: the stream its copier copies on
 	marks   [][]*cuda.Event // by peer, ipcFlights each: recorded on its stream to see the copies done
 
 	mu    sync.Mutex
