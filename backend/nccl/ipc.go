@@ -938,18 +938,27 @@ func (c *conn) ipcCopyStep(ip *ipcPeer, pumper bool) (busy, moved bool) {
 	return false, moved
 }
 
-// followsStream reports whether a job of jobs has a receive whose copy
-// waits for its caller's stream; under the mutex.
-func followsStream(jobs []ipcJob) bool {
-	for _, j := range jobs {
-		if j.r != nil && j.r.ipc.after != nil {
-			return true
+// follows reports whether j's copy waits for its caller's stream
+// (IrecvOnStream); under the mutex.
+func follows(j ipcJob) bool { return j.r != nil && j.r.ipc.after != nil }
+
+// batchLen is how many of the matched pairs work (not empty) go in the
+// next batch: up to ipcBatch, but a receive whose copy waits for its
+// caller's stream goes in a batch alone. That stream may wait for the
+// completion of a receive matched before it (receives in a row on one
+// stream: IrecvOnStream makes the stream wait for each), which a batch
+// that held both would give only once both had run. Under the mutex.
+func batchLen(work []ipcJob) int {
+	k := min(len(work), ipcBatch)
+	for i, j := range work[:k] {
+		if follows(j) {
+			return max(i, 1)
 		}
 	}
-	return false
+	return k
 }
 
-// ipcLaunch takes the oldest matched pairs (up to ipcBatch) as a batch,
+// ipcLaunch takes the oldest matched pairs (batchLen) as a batch,
 // queues their copies on the peer's copy stream and a mark after them,
 // and reports whether it took any; under ip.copyMu, with room for a
 // batch.
@@ -959,8 +968,8 @@ func (c *conn) ipcLaunch(ip *ipcPeer, pumper bool) bool {
 		c.mu.Unlock()
 		return false
 	}
-	k := min(len(ip.work), ipcBatch)
-	if pumper && followsStream(ip.work[:k]) {
+	k := batchLen(ip.work)
+	if pumper && follows(ip.work[0]) {
 		c.mu.Unlock()
 		wakeUp(ip.copyWake)
 		return false

@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/cuda"
@@ -196,6 +198,60 @@ func TestFakeGPUChildIPCPeerLost(t *testing.T) {
 		}
 		r.Release()
 	}
+}
+
+// Receives in a row on one stream: the stream waits for the first
+// receive's completion before the second's copy may start, so the copier
+// must finish the first while the second waits on the GPU (a batch that
+// held both and was finished only once both had run would never be).
+// The messages are sent before the receives are posted, so that both
+// match at once, in rounds with and without a pause between the posts.
+func TestFakeGPUChildIPCStreamsInARow(t *testing.T) {
+	cs := sharedGPUJob(t, 2, false)
+	const n, rounds, inRow = 4096, 20, 3
+	ranks(cs, func(r int, c *conn) {
+		s := mustStream(t, c)
+		bufs := make([]cuda.Slice[byte], inRow)
+		for k := range bufs {
+			bufs[k] = devBuf(t, c, n)
+		}
+		for round := range rounds {
+			if r == 0 {
+				var qs []backend.Request
+				for k, b := range bufs {
+					toDevice(t, b, pattern(n, uint64(round*inRow+k)))
+					qs = append(qs, isend(t, c, devDesc(c, b), 1, 1))
+				}
+				waitAll(t, qs...)
+				waitAll(t, isend(t, c, bufOf(make([]byte, 1), backend.Uint8), 1, 2)) // the next round's
+				continue
+			}
+			if round > 0 {
+				waitAll(t, irecv(t, c, bufOf(make([]byte, 1), backend.Uint8), 0, 2))
+			}
+			time.Sleep(5 * time.Millisecond) // the DESCs are in
+			var qs []backend.Request
+			for _, b := range bufs {
+				q, err := c.IrecvOn(devDesc(c, b), 0, 1, 0, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				qs = append(qs, q)
+				if round%2 == 1 {
+					runtime.Gosched()
+				}
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			waitAll(t, qs...)
+			for k, b := range bufs {
+				if !bytes.Equal(fromDevice(t, b), pattern(n, uint64(round*inRow+k))) {
+					t.Fatalf("round %d: receive %d does not hold message %d", round, k, k)
+				}
+			}
+		}
+	})
 }
 
 // Stream-ordered operations: IsendOn after a kernel-like copy on the
