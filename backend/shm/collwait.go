@@ -34,7 +34,8 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 	}
 	defer c.h.exit()
 	bell := c.areas[c.rank].bell
-	var spinUntil, deadline time.Time
+	var start time.Time
+	sleeping := false // the spin budget is spent: every 16th poll may sleep
 	for i := 0; ; i++ {
 		if c.step(r, i&15 == 15) {
 			return nil
@@ -56,25 +57,30 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 			}
 			continue
 		}
-		// The clock is read from the 16th poll on: most small collectives
-		// end before it (a clock read costs as much as several polls).
-		now := time.Now()
-		if spinUntil.IsZero() {
-			spinUntil = now.Add(engine.SpinBudget)
-			if timeout > 0 {
-				deadline = now.Add(timeout)
-			}
-		}
-		if !deadline.IsZero() && !now.Before(deadline) {
-			return fmt.Errorf("%w after %v (a shared-memory %v waiting for rank %d)", backend.ErrTimeout, timeout, r.co.Kind, r.waitingFor())
-		}
-		if now.Before(spinUntil) {
+		// The clock is read from the 256th poll on, and then every 256th:
+		// most small collectives end before it, and a clock read costs as
+		// much as tens of polls (on a virtual machine, a tenth of a loop
+		// of 8-byte Allreduces read it every 16th poll). The budget and
+		// the timeout so start up to 256 polls late: microseconds.
+		if i&255 != 255 && !sleeping {
 			c.h.e.SpinPause(i)
 			continue
 		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		spent := time.Since(start) // one read of the monotonic clock
+		if timeout > 0 && spent >= timeout {
+			return fmt.Errorf("%w after %v (a shared-memory %v waiting for rank %d)", backend.ErrTimeout, timeout, r.co.Kind, r.waitingFor())
+		}
+		if spent < engine.SpinBudget {
+			c.h.e.SpinPause(i)
+			continue
+		}
+		sleeping = true
 		nap := collNap
-		if !deadline.IsZero() {
-			nap = min(nap, deadline.Sub(now))
+		if timeout > 0 {
+			nap = min(nap, timeout-spent)
 		}
 		v := bell.Arm()
 		shmem.SleepFence() // the writers publish without a fence
