@@ -8,18 +8,18 @@
 # Each round runs, one after another: the C floor (bench/cuda/ipc.c) as
 # it is (the sender pushes, cudaStreamSynchronize) and as courier moves a
 # message (the receiver pulls, a polled event); courier bench -device
-# bound to a core (mpirun's default) and with --bind-to none; and
-# gpu-build/courier-old bound, when that binary is there (a build to
-# compare with); and courier bound on the fake GPU of the tests
+# bound to a core (mpirun's default) and with --bind-to none; every other
+# build there named courier-* (gpu-build/courier-old, say: builds to
+# compare with), bound; and courier bound on the fake GPU of the tests
 # (backend/nccl/testdata/fakegpu.c, whose copies the CPU does at once):
-# the path's own CPU time on this machine, with no GPU in it. Every process has NCCL_NVLS_ENABLE=0. The medians of
-# the rounds are printed last, one table of every variant's rows.
+# the path's own CPU time on this machine, with no GPU in it. Every
+# process has NCCL_NVLS_ENABLE=0. The medians of the rounds are printed
+# last, one table of every variant's rows.
 #
 # VARIANTS limits the variants run (a regular expression over their
-# names: c-push, c-pull, courier, courier-unbound, courier-old,
-# courier-fake); TRACE=1
-# adds one run of courier's latency rows with COURIER_TRACE, its
-# timeline files in LOGDIR/trace.
+# names: c-push, c-pull, courier, courier-unbound, courier-fake, and the
+# other builds' file names); TRACE=1 adds one run of courier's latency
+# rows with COURIER_TRACE, its timeline files in LOGDIR/trace.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 B=$PWD/gpu-build
@@ -67,9 +67,9 @@ for r in $(seq 1 "$ROUNDS"); do
 	if [ ${#FAKE[@]} -gt 0 ]; then
 		run courier-fake "$r" "${M[@]}" "${FAKE[@]}" "${courier_bench[@]:0:4}" "$B/courier" "${courier_bench[@]:4}"
 	fi
-	if [ -x "$B/courier-old" ]; then
-		run courier-old "$r" "${M[@]}" "${courier_bench[@]:0:4}" "$B/courier-old" "${courier_bench[@]:4}"
-	fi
+	for x in "$B"/courier-*; do # other builds to compare with, bound
+		[ -x "$x" ] && run "${x##*/}" "$r" "${M[@]}" "${courier_bench[@]:0:4}" "$x" "${courier_bench[@]:4}"
+	done
 done
 if [ -n "${TRACE:-}" ]; then
 	mkdir -p "$LOG/trace"
