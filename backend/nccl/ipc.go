@@ -197,10 +197,12 @@ type ipcPeer struct {
 	copyMu  sync.Mutex
 	doneOut [ipcDoneSize]byte
 	// flights are the batches of copies on the GPU, a ring: inFlight of
-	// them from first; under copyMu.
+	// them from first; deferred, the matched receives whose copies wait
+	// for their callers' streams (streamPassed); under copyMu.
 	flights  [ipcFlights]ipcFlight
 	first    int
 	inFlight int
+	deferred []ipcJob
 	desc     ipcReader
 	done     ipcReader
 	queued   atomic.Bool
@@ -687,7 +689,7 @@ func (c *conn) pumpIPC() {
 			ip.desc.mu.Unlock()
 		}
 		if ip.matched.Load() && ip.copyMu.TryLock() {
-			c.ipcCopyStep(ip, true)
+			c.ipcCopyStep(ip)
 			ip.copyMu.Unlock()
 		}
 		if ip.done.mu.TryLock() {
@@ -806,7 +808,8 @@ func (c *conn) ipcTakeDesc(ip *ipcPeer, st backend.Status, err error) bool {
 // ipcCopier is the goroutine of the copying stage: woken when receives
 // match their messages, it runs the stage (ipcCopyRun). When the
 // communicator stops it finishes the batches still on the GPU (Close
-// waits for it).
+// waits for it) and fails the receives still waiting for their callers'
+// streams.
 func (c *conn) ipcCopier(ip *ipcPeer) {
 	defer c.wg.Done()
 	for c.waitIPC(ip.copyWake) {
@@ -816,24 +819,39 @@ func (c *conn) ipcCopier(ip *ipcPeer) {
 	defer ip.copyMu.Unlock()
 	for ip.inFlight > 0 {
 		c.ipcAwaitFirst(ip)
-		c.ipcCopyStep(ip, false)
+		c.ipcCopyStep(ip)
 	}
+	c.mu.Lock()
+	for _, j := range ip.deferred {
+		c.ipcCompleteLocked(j.r, backend.Status{}, fmt.Errorf("nccl: %w before the receive's stream let its copy start", backend.ErrClosed))
+		ip.freeMsgLocked(j.m)
+	}
+	c.mu.Unlock()
+	clear(ip.deferred)
+	ip.deferred = nil
 }
 
-// ipcCopyRun runs the copying stage until no batch is left on the GPU,
-// or goroutines that wait for the path's requests run it (they finish
-// the batches; the last of them to stop wakes this goroutine if some are
-// left: ipcPath.unpump). It polls the GPU, yielding between looks, and
-// after ipcPollFor without a batch done it blocks in the driver for the
-// oldest, as awaitEvent does.
+// ipcCopyRun runs the copying stage until nothing is left on the GPU or
+// waiting for a stream, or goroutines that wait for the path's requests
+// run it (they finish the batches; the last of them to stop wakes this
+// goroutine if some are left: ipcPath.unpump). It polls, yielding between
+// looks; after ipcPollFor without a move it blocks in the driver for the
+// oldest batch, as awaitEvent does, or, where only receives waiting for
+// their streams are left (the program's GPU work, which may take long),
+// it sleeps between looks.
 func (c *conn) ipcCopyRun(ip *ipcPeer) {
 	start := time.Now()
 	for i := 1; ; i++ {
 		ip.copyMu.Lock()
-		busy, moved := c.ipcCopyStep(ip, false)
+		busy, moved := c.ipcCopyStep(ip)
+		nap := time.Duration(0)
 		if busy && !moved && i%64 == 0 && time.Since(start) > ipcPollFor {
-			c.ipcAwaitFirst(ip)
-			moved = true
+			if ip.inFlight > 0 {
+				c.ipcAwaitFirst(ip)
+				moved = true
+			} else {
+				nap = ipcStreamNap
+			}
 		}
 		ip.copyMu.Unlock()
 		if !busy || c.ipc.pumpers.Load() > 0 {
@@ -847,9 +865,18 @@ func (c *conn) ipcCopyRun(ip *ipcPeer) {
 		if moved {
 			start = time.Now()
 		}
+		if nap > 0 {
+			time.Sleep(nap)
+			continue
+		}
 		runtime.Gosched()
 	}
 }
+
+// ipcStreamNap is how long the copying stage's goroutine sleeps between
+// its looks at the callers' streams that receives wait for, once it has
+// polled them for ipcPollFor.
+const ipcStreamNap = 100 * time.Microsecond
 
 // ipcAwaitFirst waits until the oldest batch on the GPU has run (its
 // mark has passed; ipcCopyStep then finishes it); under ip.copyMu.
@@ -894,12 +921,9 @@ func (f *ipcFlight) fail(peer int, err error) {
 // ipcCopyStep runs the copying stage without waiting for the GPU: it
 // finishes the batches whose copies have run, oldest first, and queues
 // the matched pairs that wait as new batches while there is room, until
-// neither moves. It reports whether batches are left on the GPU, and
-// whether it moved anything. Under ip.copyMu. A pumper leaves a batch
-// with a receive whose copy must wait for its caller's stream
-// (IrecvOnStream) to the stage's goroutine, and wakes it, as ipcSendStep
-// does: queuing that copy may block until the caller's stream has run.
-func (c *conn) ipcCopyStep(ip *ipcPeer, pumper bool) (busy, moved bool) {
+// neither moves. It reports whether work is left on the GPU or waiting
+// for a stream, and whether it moved anything. Under ip.copyMu.
+func (c *conn) ipcCopyStep(ip *ipcPeer) (busy, moved bool) {
 	for {
 		did := false
 		for ip.inFlight > 0 {
@@ -919,7 +943,7 @@ func (c *conn) ipcCopyStep(ip *ipcPeer, pumper bool) (busy, moved bool) {
 			ip.inFlight--
 			did = true
 		}
-		if ip.inFlight < ipcFlights && c.ipcLaunch(ip, pumper) {
+		if ip.inFlight < ipcFlights && c.ipcLaunch(ip) {
 			did = true
 		}
 		if !did {
@@ -927,7 +951,7 @@ func (c *conn) ipcCopyStep(ip *ipcPeer, pumper bool) (busy, moved bool) {
 		}
 		moved = true
 	}
-	if ip.inFlight > 0 {
+	if ip.inFlight > 0 || len(ip.deferred) > 0 {
 		return true, moved
 	}
 	c.mu.Lock()
@@ -938,51 +962,87 @@ func (c *conn) ipcCopyStep(ip *ipcPeer, pumper bool) (busy, moved bool) {
 	return false, moved
 }
 
-// follows reports whether j's copy waits for its caller's stream
-// (IrecvOnStream); under the mutex.
-func follows(j ipcJob) bool { return j.r != nil && j.r.ipc.after != nil }
-
-// batchLen is how many of the matched pairs work (not empty) go in the
-// next batch: up to ipcBatch, but a receive whose copy waits for its
-// caller's stream goes in a batch alone. That stream may wait for the
-// completion of a receive matched before it (receives in a row on one
-// stream: IrecvOnStream makes the stream wait for each), which a batch
-// that held both would give only once both had run. Under the mutex.
-func batchLen(work []ipcJob) int {
-	k := min(len(work), ipcBatch)
-	for i, j := range work[:k] {
-		if follows(j) {
-			return max(i, 1)
-		}
+// streamPassed reports whether receive r may be copied: it does not wait
+// for its caller's stream (IrecvOnStream), or the stream has passed the
+// point of its post (the event recorded there has fired, or failed: the
+// copy then fails too), or r has ended meanwhile. The event is let go
+// once passed. Under ip.copyMu.
+//
+// The copier looks, rather than making its copy stream wait on the GPU:
+// the stream of one receive may wait for the completion of another (one
+// stream's receives in a row each make it wait for theirs), which may have
+// matched after it, and a copy stream that waited there, ahead of that
+// other copy, would wait for ever.
+func (c *conn) streamPassed(j *ipcJob) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := j.r
+	if r == nil || r.ipc.after == nil || r.stage == stageDone {
+		return true
 	}
-	return k
+	done, err := r.ipc.after.Query()
+	if err == nil && !done {
+		return false
+	}
+	if err != nil && j.verdict == nil {
+		j.verdict = fmt.Errorf("nccl: waiting for the receive's stream: %w", err)
+	}
+	r.ipc.after.Destroy()
+	r.ipc.after = nil
+	return true
 }
 
-// ipcLaunch takes the oldest matched pairs (batchLen) as a batch,
-// queues their copies on the peer's copy stream and a mark after them,
-// and reports whether it took any; under ip.copyMu, with room for a
-// batch.
-func (c *conn) ipcLaunch(ip *ipcPeer, pumper bool) bool {
-	c.mu.Lock()
-	if len(ip.work) == 0 {
-		c.mu.Unlock()
-		return false
-	}
-	k := batchLen(ip.work)
-	if pumper && follows(ip.work[0]) {
-		c.mu.Unlock()
-		wakeUp(ip.copyWake)
-		return false
-	}
+// ipcLaunch takes as a batch the receives that waited for their streams
+// and may now be copied, and the oldest matched pairs (up to ipcBatch in
+// all), leaving aside those that must wait for their callers' streams;
+// it queues their copies on the peer's copy stream, and a mark after
+// them. It reports whether it took any pair. Under ip.copyMu, with room
+// for a batch.
+func (c *conn) ipcLaunch(ip *ipcPeer) bool {
 	slot := (ip.first + ip.inFlight) % ipcFlights
 	f := &ip.flights[slot]
-	f.jobs = append(f.jobs[:0], ip.work[:k]...)
+	jobs := f.jobs[:0]
+	moved := false
+	if len(ip.deferred) > 0 {
+		kept := ip.deferred[:0]
+		for i := range ip.deferred {
+			if j := &ip.deferred[i]; len(jobs) < ipcBatch && c.streamPassed(j) {
+				jobs = append(jobs, *j)
+			} else {
+				kept = append(kept, *j)
+			}
+		}
+		clear(ip.deferred[len(kept):])
+		ip.deferred = kept
+		moved = len(jobs) > 0
+	}
+	c.mu.Lock()
+	k := min(len(ip.work), ipcBatch-len(jobs))
+	base := len(jobs)
+	jobs = append(jobs, ip.work[:k]...)
 	clear(ip.work[:k])
 	ip.work = ip.work[k:]
 	c.mu.Unlock()
+	if k > 0 {
+		moved = true
+		kept := jobs[:base]
+		for i := base; i < len(jobs); i++ {
+			if c.streamPassed(&jobs[i]) {
+				kept = append(kept, jobs[i])
+			} else {
+				ip.deferred = append(ip.deferred, jobs[i])
+			}
+		}
+		clear(jobs[len(kept):])
+		jobs = kept
+	}
+	f.jobs = jobs
+	if len(jobs) == 0 {
+		return moved
+	}
 	errs := f.errs[:0]
 	queued := false
-	for _, j := range f.jobs {
+	for _, j := range jobs {
 		d := &j.m.d
 		if d.forget {
 			errs = append(errs, nil)
@@ -990,13 +1050,9 @@ func (c *conn) ipcLaunch(ip *ipcPeer, pumper bool) bool {
 		}
 		err := j.verdict
 		if err == nil && d.bytes() > 0 && !j.r.done.Load() {
-			if ev := c.takeAfter(j.r); ev != nil {
-				err = c.ipc.mem.follow(ip.rank, ev)
-				ev.Destroy()
-			}
-			if err == nil && d.inline {
+			if d.inline {
 				err = c.ipc.mem.writeIn(ip.rank, j.r.buf, j.m.data)
-			} else if err == nil {
+			} else {
 				err = c.ipc.mem.copyIn(ip.rank, j.r.buf, d.region, d.bytes())
 			}
 			queued = queued || err == nil

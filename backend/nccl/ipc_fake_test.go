@@ -68,8 +68,6 @@ func (m *hostIPC) marked(int, int) (bool, error) { return true, nil }
 
 func (m *hostIPC) awaitMark(int, int) error { return nil }
 
-func (m *hostIPC) follow(int, *cuda.Event) error { return errNoStreams }
-
 func (m *hostIPC) newSlot() (int, uint64, error) { return 0, 0, errNoStreams }
 
 func (m *hostIPC) signal(int, uint64) {}

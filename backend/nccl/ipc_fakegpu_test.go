@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
@@ -200,12 +199,16 @@ func TestFakeGPUChildIPCPeerLost(t *testing.T) {
 	}
 }
 
-// Receives in a row on one stream: the stream waits for the first
-// receive's completion before the second's copy may start, so the copier
-// must finish the first while the second waits on the GPU (a batch that
-// held both and was finished only once both had run would never be).
-// The messages are sent before the receives are posted, so that both
-// match at once, in rounds with and without a pause between the posts.
+// Receives in a row on one stream: the stream waits for each receive's
+// completion before the next's copy may start (IrecvOnStream), so the
+// copier must finish the earlier receives while a later one waits for the
+// stream. In even rounds the messages come in the order of the receives,
+// and are in before the receives are posted, so that all match at once (a
+// batch that held them all, finished once all had run, never was); in odd
+// rounds the receives are posted first and the messages come in the
+// opposite order, each with a tag of its own, so the later receives match
+// first (a copy that waited for the stream on the GPU, ahead of the
+// earlier receives' copies on one copy stream, waited for ever).
 func TestFakeGPUChildIPCStreamsInARow(t *testing.T) {
 	cs := sharedGPUJob(t, 2, false)
 	const n, rounds, inRow = 4096, 20, 3
@@ -215,31 +218,37 @@ func TestFakeGPUChildIPCStreamsInARow(t *testing.T) {
 		for k := range bufs {
 			bufs[k] = devBuf(t, c, n)
 		}
+		token := bufOf(make([]byte, 1), backend.Uint8)
 		for round := range rounds {
+			reversed := round%2 == 1
 			if r == 0 {
+				waitAll(t, irecv(t, c, token, 1, 2)) // go
 				var qs []backend.Request
-				for k, b := range bufs {
-					toDevice(t, b, pattern(n, uint64(round*inRow+k)))
-					qs = append(qs, isend(t, c, devDesc(c, b), 1, 1))
+				for i := range bufs {
+					k := i
+					if reversed {
+						k = inRow - 1 - i
+					}
+					toDevice(t, bufs[k], pattern(n, uint64(round*inRow+k)))
+					qs = append(qs, isend(t, c, devDesc(c, bufs[k]), 1, 10+k))
 				}
 				waitAll(t, qs...)
-				waitAll(t, isend(t, c, bufOf(make([]byte, 1), backend.Uint8), 1, 2)) // the next round's
 				continue
 			}
-			if round > 0 {
-				waitAll(t, irecv(t, c, bufOf(make([]byte, 1), backend.Uint8), 0, 2))
+			if !reversed {
+				waitAll(t, isend(t, c, token, 0, 2))
+				time.Sleep(5 * time.Millisecond) // the DESCs are in
 			}
-			time.Sleep(5 * time.Millisecond) // the DESCs are in
 			var qs []backend.Request
-			for _, b := range bufs {
-				q, err := c.IrecvOn(devDesc(c, b), 0, 1, 0, s)
+			for k, b := range bufs {
+				q, err := c.IrecvOn(devDesc(c, b), 0, 10+k, 0, s)
 				if err != nil {
 					t.Fatal(err)
 				}
 				qs = append(qs, q)
-				if round%2 == 1 {
-					runtime.Gosched()
-				}
+			}
+			if reversed {
+				waitAll(t, isend(t, c, token, 0, 2))
 			}
 			if err := s.Synchronize(); err != nil {
 				t.Fatal(err)

@@ -50,8 +50,6 @@ type ipcMem interface {
 	// forget closes peer's mapping of its allocation id, if one is open:
 	// peer freed it (the copies from it have run).
 	forget(peer int, id uint64)
-	// follow makes peer's next copy start, on the GPU, after ev.
-	follow(peer int, ev *cuda.Event) error
 	// newSlot returns a completion word for a request a stream will wait
 	// for, and the value its completion writes there; signal writes it
 	// (and frees the slot); waitSlot makes s wait until it is written.
@@ -317,10 +315,6 @@ func (c *ipcCache) drop(e *list.Element) {
 // open reports how many mappings of peer's memory are open (tests): from
 // any goroutine, while the copier opens and closes them.
 func (m *cudaIPC) open(peer int) int { return int(m.maps[peer].n.Load()) }
-
-func (m *cudaIPC) follow(peer int, ev *cuda.Event) error {
-	return m.streams[peer].WaitEvent(ev)
-}
 
 func (m *cudaIPC) newSlot() (int, uint64, error) {
 	m.mu.Lock()
