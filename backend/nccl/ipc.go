@@ -230,6 +230,10 @@ type ipcPeer struct {
 	spare   []*ipcMsg // messages done with, for reuse (newMsgLocked)
 	posted  []*request
 	work    []ipcJob
+	// copying: the receives the copying stage has taken and not yet
+	// completed (on the GPU, or waiting for their streams), for the
+	// pending-operation report.
+	copying map[*request]struct{}
 	descEnd error
 	doneEnd error
 	// Wakes the sender and the copier goroutines (capacity 1).
@@ -346,6 +350,7 @@ func newIPCPath(mem ipcMem, on []bool) *ipcPath {
 			rank:     k,
 			sendBuf:  make([]byte, ipcDescSize+ipcInline),
 			sends:    make(map[uint64]*request),
+			copying:  make(map[*request]struct{}),
 			told:     make(map[uint64]bool),
 			sendWake: make(chan struct{}, 1),
 			copyWake: make(chan struct{}, 1),
@@ -824,6 +829,7 @@ func (c *conn) ipcCopier(ip *ipcPeer) {
 	c.mu.Lock()
 	for _, j := range ip.deferred {
 		c.ipcCompleteLocked(j.r, backend.Status{}, fmt.Errorf("nccl: %w before the receive's stream let its copy start", backend.ErrClosed))
+		delete(ip.copying, j.r)
 		ip.freeMsgLocked(j.m)
 	}
 	c.mu.Unlock()
@@ -1020,6 +1026,11 @@ func (c *conn) ipcLaunch(ip *ipcPeer) bool {
 	k := min(len(ip.work), ipcBatch-len(jobs))
 	base := len(jobs)
 	jobs = append(jobs, ip.work[:k]...)
+	for _, j := range ip.work[:k] {
+		if j.r != nil {
+			ip.copying[j.r] = struct{}{}
+		}
+	}
 	clear(ip.work[:k])
 	ip.work = ip.work[k:]
 	c.mu.Unlock()
@@ -1097,6 +1108,7 @@ func (c *conn) ipcFinish(ip *ipcPeer, f *ipcFlight) {
 	for i, j := range f.jobs {
 		if d := &j.m.d; !d.forget {
 			c.ipcCompleteLocked(j.r, backend.Status{Source: ip.rank, Tag: int(d.tag), Count: d.count}, f.errs[i])
+			delete(ip.copying, j.r)
 		}
 		ip.freeMsgLocked(j.m)
 	}
@@ -1282,6 +1294,11 @@ func (c *conn) ipcPendingLocked(out []backend.OpInfo) []backend.OpInfo {
 		for _, j := range ip.work {
 			if j.r != nil { // nil: a forget, no request
 				out = append(out, j.r.info())
+			}
+		}
+		for r := range ip.copying {
+			if r.stage != stageDone {
+				out = append(out, r.info())
 			}
 		}
 	}

@@ -263,6 +263,66 @@ func TestFakeGPUChildIPCStreamsInARow(t *testing.T) {
 	})
 }
 
+// A receive the copier has taken, here one whose copy waits for its
+// stream (which waits for an earlier receive that has no message yet), is
+// still in the pending-operation report.
+func TestFakeGPUChildIPCPendingCopy(t *testing.T) {
+	cs := sharedGPUJob(t, 2, false)
+	const n = 4096
+	ranks(cs, func(r int, c *conn) {
+		s := mustStream(t, c)
+		a, b := devBuf(t, c, n), devBuf(t, c, n)
+		token := bufOf(make([]byte, 1), backend.Uint8)
+		if r == 0 {
+			waitAll(t, irecv(t, c, token, 1, 3))
+			toDevice(t, b, pattern(n, 2))
+			qb := isend(t, c, devDesc(c, b), 1, 2) // copied only after a's
+			waitAll(t, irecv(t, c, token, 1, 3))
+			toDevice(t, a, pattern(n, 1))
+			waitAll(t, isend(t, c, devDesc(c, a), 1, 1), qb)
+			return
+		}
+		qa, err := c.IrecvOn(devDesc(c, a), 0, 1, 0, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qb, err := c.IrecvOn(devDesc(c, b), 0, 2, 0, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, isend(t, c, token, 0, 3))
+		ip := c.ipcPeerOf(0)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			c.mu.Lock()
+			taken := len(ip.posted) == 1 && len(ip.work) == 0 && len(ip.msgs) == 0
+			c.mu.Unlock()
+			if taken {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the message of tag 2 was not taken by the copier")
+			}
+		}
+		tags := map[int]bool{}
+		for _, op := range c.Pending() {
+			if op.Op == "recv" && op.Peer == 0 {
+				tags[op.Tag] = true
+			}
+		}
+		if !tags[1] || !tags[2] {
+			t.Errorf("Pending lists the receives of tags %v, want 1 (posted) and 2 (taken, waiting for its stream)", tags)
+		}
+		waitAll(t, isend(t, c, token, 0, 3))
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, qa, qb)
+		if !bytes.Equal(fromDevice(t, a), pattern(n, 1)) || !bytes.Equal(fromDevice(t, b), pattern(n, 2)) {
+			t.Error("the receives do not hold their messages")
+		}
+	})
+}
+
 // Stream-ordered operations: IsendOn after a kernel-like copy on the
 // sender's stream, IrecvOn whose stream then copies the data on, WaitOn
 // for a plain receive.
