@@ -226,10 +226,10 @@ type ipcPeer struct {
 	// has not taken yet, each oldest first; descEnd says why no more
 	// messages will come (the DESC reader ended), doneEnd why no more
 	// DONEs will (the sends still waiting fail with it).
-	msgs    []*ipcMsg
-	spare   []*ipcMsg // messages done with, for reuse (newMsgLocked)
-	posted  []*request
-	work    []ipcJob
+	msgs   []*ipcMsg
+	spare  []*ipcMsg // messages done with, for reuse (newMsgLocked)
+	posted []*request
+	work   []ipcJob
 	// copying: the receives the copying stage has taken and not yet
 	// completed (on the GPU, or waiting for their streams), for the
 	// pending-operation report.
