@@ -199,6 +199,63 @@ func TestFakeGPUChildIPCPeerLost(t *testing.T) {
 	}
 }
 
+// Stream-ordered operations: IsendOn after a kernel-like copy on the
+// sender's stream, IrecvOn whose stream then copies the data on, WaitOn
+// for a plain receive.
+func TestFakeGPUChildIPCStreams(t *testing.T) {
+	cs := sharedGPUJob(t, 2, false)
+	const n = 1 << 20
+	ranks(cs, func(r int, c *conn) {
+		s := mustStream(t, c)
+		a, b := devBuf(t, c, n), devBuf(t, c, n)
+		if r == 0 {
+			src := devBuf(t, c, n)
+			toDevice(t, src, pattern(n, 5))
+			// a is written on s, and the send ordered after it.
+			if err := cuda.CopyDeviceAsync(a, src, s); err != nil {
+				t.Error(err)
+			}
+			q, err := c.IsendOn(devDesc(c, a), 1, 1, 0, s)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			waitAll(t, q)
+			waitAll(t, isend(t, c, devDesc(c, src), 1, 2))
+			return
+		}
+		q, err := c.IrecvOn(devDesc(c, a), 0, 1, 0, s)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := cuda.CopyDeviceAsync(b, a, s); err != nil { // after the receive, on the GPU
+			t.Error(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Error(err)
+		}
+		waitAll(t, q)
+		if !bytes.Equal(fromDevice(t, b), pattern(n, 5)) {
+			t.Error("IrecvOn: the stream's copy did not see the message")
+		}
+		q2 := irecv(t, c, devDesc(c, a), 0, 2)
+		if err := WaitOn(q2, s); err != nil {
+			t.Errorf("WaitOn: %v", err)
+		}
+		if err := cuda.CopyDeviceAsync(b, a, s); err != nil {
+			t.Error(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Error(err)
+		}
+		waitAll(t, q2)
+		if !bytes.Equal(fromDevice(t, b), pattern(n, 5)) {
+			t.Error("WaitOn: the stream's copy did not see the message")
+		}
+	})
+}
+
 // Receives in a row on one stream: the stream waits for each receive's
 // completion before the next's copy may start (IrecvOnStream), so the
 // copier must finish the earlier receives while a later one waits for the
@@ -319,63 +376,6 @@ func TestFakeGPUChildIPCPendingCopy(t *testing.T) {
 		waitAll(t, qa, qb)
 		if !bytes.Equal(fromDevice(t, a), pattern(n, 1)) || !bytes.Equal(fromDevice(t, b), pattern(n, 2)) {
 			t.Error("the receives do not hold their messages")
-		}
-	})
-}
-
-// Stream-ordered operations: IsendOn after a kernel-like copy on the
-// sender's stream, IrecvOn whose stream then copies the data on, WaitOn
-// for a plain receive.
-func TestFakeGPUChildIPCStreams(t *testing.T) {
-	cs := sharedGPUJob(t, 2, false)
-	const n = 1 << 20
-	ranks(cs, func(r int, c *conn) {
-		s := mustStream(t, c)
-		a, b := devBuf(t, c, n), devBuf(t, c, n)
-		if r == 0 {
-			src := devBuf(t, c, n)
-			toDevice(t, src, pattern(n, 5))
-			// a is written on s, and the send ordered after it.
-			if err := cuda.CopyDeviceAsync(a, src, s); err != nil {
-				t.Error(err)
-			}
-			q, err := c.IsendOn(devDesc(c, a), 1, 1, 0, s)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			waitAll(t, q)
-			waitAll(t, isend(t, c, devDesc(c, src), 1, 2))
-			return
-		}
-		q, err := c.IrecvOn(devDesc(c, a), 0, 1, 0, s)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		if err := cuda.CopyDeviceAsync(b, a, s); err != nil { // after the receive, on the GPU
-			t.Error(err)
-		}
-		if err := s.Synchronize(); err != nil {
-			t.Error(err)
-		}
-		waitAll(t, q)
-		if !bytes.Equal(fromDevice(t, b), pattern(n, 5)) {
-			t.Error("IrecvOn: the stream's copy did not see the message")
-		}
-		q2 := irecv(t, c, devDesc(c, a), 0, 2)
-		if err := WaitOn(q2, s); err != nil {
-			t.Errorf("WaitOn: %v", err)
-		}
-		if err := cuda.CopyDeviceAsync(b, a, s); err != nil {
-			t.Error(err)
-		}
-		if err := s.Synchronize(); err != nil {
-			t.Error(err)
-		}
-		waitAll(t, q2)
-		if !bytes.Equal(fromDevice(t, b), pattern(n, 5)) {
-			t.Error("WaitOn: the stream's copy did not see the message")
 		}
 	})
 }
