@@ -329,6 +329,10 @@ func (m *cudaIPC) newSlot() (int, uint64, error) {
 			w.Free()
 			return 0, 0, fmt.Errorf("nccl: the IPC path's completion words: %w", err)
 		}
+		// Page-locked memory comes as it was left (the fake GPU's reuses a
+		// freed allocation): a word already past the value a stream waits
+		// for would let the stream go before its request completes.
+		clear(w.Slice())
 		m.words, m.base, m.vals = w, base, make([]uint64, ipcSlots)
 		for i := ipcSlots - 1; i >= 0; i-- {
 			m.free = append(m.free, i)
