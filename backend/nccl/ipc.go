@@ -198,7 +198,7 @@ type ipcPeer struct {
 	doneOut [ipcDoneSize]byte
 	// flights are the batches of copies on the GPU, a ring: inFlight of
 	// them from first; deferred, the matched receives whose copies wait
-	// for their callers' streams (streamPassed); under copyMu.
+	// for their callers' streams (streamPassedLocked); under copyMu.
 	flights  [ipcFlights]ipcFlight
 	first    int
 	inFlight int
@@ -968,20 +968,18 @@ func (c *conn) ipcCopyStep(ip *ipcPeer) (busy, moved bool) {
 	return false, moved
 }
 
-// streamPassed reports whether receive r may be copied: it does not wait
-// for its caller's stream (IrecvOnStream), or the stream has passed the
-// point of its post (the event recorded there has fired, or failed: the
-// copy then fails too), or r has ended meanwhile. The event is let go
-// once passed. Under ip.copyMu.
+// streamPassedLocked reports whether j's receive may be copied: it does
+// not wait for its caller's stream (IrecvOnStream), or the stream has
+// passed the point of its post (the event recorded there has fired, or
+// failed: the copy then fails too), or the receive has ended meanwhile.
+// The event is let go once passed. Under the mutex and ip.copyMu.
 //
 // The copier looks, rather than making its copy stream wait on the GPU:
 // the stream of one receive may wait for the completion of another (one
 // stream's receives in a row each make it wait for theirs), which may have
 // matched after it, and a copy stream that waited there, ahead of that
 // other copy, would wait for ever.
-func (c *conn) streamPassed(j *ipcJob) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (c *conn) streamPassedLocked(j *ipcJob) bool {
 	r := j.r
 	if r == nil || r.ipc.after == nil || r.stage == stageDone {
 		return true
@@ -1008,48 +1006,35 @@ func (c *conn) ipcLaunch(ip *ipcPeer) bool {
 	slot := (ip.first + ip.inFlight) % ipcFlights
 	f := &ip.flights[slot]
 	jobs := f.jobs[:0]
-	moved := false
-	if len(ip.deferred) > 0 {
-		kept := ip.deferred[:0]
-		for i := range ip.deferred {
-			if j := &ip.deferred[i]; len(jobs) < ipcBatch && c.streamPassed(j) {
-				jobs = append(jobs, *j)
-			} else {
-				kept = append(kept, *j)
-			}
-		}
-		clear(ip.deferred[len(kept):])
-		ip.deferred = kept
-		moved = len(jobs) > 0
-	}
 	c.mu.Lock()
+	kept := ip.deferred[:0]
+	for i := range ip.deferred {
+		if j := &ip.deferred[i]; len(jobs) < ipcBatch && c.streamPassedLocked(j) {
+			jobs = append(jobs, *j)
+		} else {
+			kept = append(kept, *j)
+		}
+	}
+	clear(ip.deferred[len(kept):])
+	ip.deferred = kept
 	k := min(len(ip.work), ipcBatch-len(jobs))
-	base := len(jobs)
-	jobs = append(jobs, ip.work[:k]...)
-	for _, j := range ip.work[:k] {
+	for i := range ip.work[:k] {
+		j := &ip.work[i]
 		if j.r != nil {
 			ip.copying[j.r] = struct{}{}
+		}
+		if c.streamPassedLocked(j) {
+			jobs = append(jobs, *j)
+		} else {
+			ip.deferred = append(ip.deferred, *j)
 		}
 	}
 	clear(ip.work[:k])
 	ip.work = ip.work[k:]
 	c.mu.Unlock()
-	if k > 0 {
-		moved = true
-		kept := jobs[:base]
-		for i := base; i < len(jobs); i++ {
-			if c.streamPassed(&jobs[i]) {
-				kept = append(kept, jobs[i])
-			} else {
-				ip.deferred = append(ip.deferred, jobs[i])
-			}
-		}
-		clear(jobs[len(kept):])
-		jobs = kept
-	}
 	f.jobs = jobs
 	if len(jobs) == 0 {
-		return moved
+		return k > 0
 	}
 	errs := f.errs[:0]
 	queued := false

@@ -94,8 +94,6 @@ static cudaEvent_t mark;
 
 /* settle waits for the work queued on s: cudaStreamSynchronize, or (-wait
  * poll) an event recorded after it, polled. */
-static void settle(cudaStream_t s);
-
 static void settle(cudaStream_t s) {
 	if (!poll_wait) {
 		CK(cudaStreamSynchronize(s));
@@ -147,7 +145,8 @@ int main(int argc, char **argv) {
 		else if (!strcmp(argv[i], "-dev") && i + 1 < argc) dev = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-token") && i + 1 < argc) token = argv[++i];
 		else if (!strcmp(argv[i], "-pull")) pull = 1;
-		else if (!strcmp(argv[i], "-wait") && i + 1 < argc) poll_wait = !strcmp(argv[++i], "poll");
+		else if (!strcmp(argv[i], "-wait") && i + 1 < argc && (!strcmp(argv[i + 1], "sync") || !strcmp(argv[i + 1], "poll")))
+			poll_wait = !strcmp(argv[++i], "poll");
 		else {
 			if (rank == 0) fprintf(stderr, "ipc: unknown argument %s\n", argv[i]);
 			MPI_Abort(MPI_COMM_WORLD, 2);
