@@ -145,6 +145,25 @@ type Collectives interface {
 	Collective(c Coll) (Request, error)
 }
 
+// CollRunner is an optional capability of a Conn with Collectives: a
+// blocking collective run on the caller's goroutine, with no request to
+// hand out, lock and release when it ends at once, as a small collective
+// through shared memory most often does (its parts are there, or come
+// within a few polls).
+//
+// RunCollective does what Collective and its request's Wait would: it
+// returns (nil, nil) once this rank's part is done, (nil, err) when the
+// collective failed or the transport leaves it to package mp (err matches
+// ErrSkip, and nothing was done), and (r, nil) when it must wait longer:
+// r is then the collective's request, pending, which the caller waits for
+// (with its timeout, its reports) and releases, as one from Collective.
+// Package mp calls it, where the Conn has it, for the collectives a
+// program calls blocking, in their turn; the non-blocking ones still go
+// through Collective.
+type CollRunner interface {
+	RunCollective(c Coll) (Request, error)
+}
+
 // ErrSkip is returned by Collectives.Collective for a collective the
 // transport leaves to package mp's point-to-point algorithms, as
 // database/sql/driver.ErrSkip asks database/sql for its fallback.

@@ -1,8 +1,6 @@
 package mp
 
 import (
-	"errors"
-
 	"github.com/courier-mp/courier/backend"
 )
 
@@ -39,14 +37,8 @@ func (c *Comm) runBarrier() (int, error) {
 	if err := c.revokedErr(); err != nil {
 		return -1, err
 	}
-	if cc, ok := c.conn.(backend.Collectives); ok && c.size > 1 {
-		r, err := cc.Collective(backend.Coll{Kind: backend.Barrier, Caller: c.collPC})
-		if err == nil {
-			_, err = c.wait(r)
-			r.Release()
-			return -1, err
-		}
-		if !errors.Is(err, backend.ErrSkip) {
+	if c.size > 1 {
+		if done, err := c.transportColl(backend.Coll{Kind: backend.Barrier, Caller: c.collPC}); done {
 			return -1, err
 		}
 	}

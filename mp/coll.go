@@ -292,21 +292,42 @@ func (c *Comm) runAgreed(co backend.Coll) error {
 	if co.Send.Count == 0 && co.Recv.Count == 0 {
 		return nil // nothing moves: every rank passes empty buffers
 	}
-	if cc, ok := c.conn.(backend.Collectives); ok {
-		r, err := cc.Collective(co)
-		if err == nil {
-			_, err = c.wait(r)
-			r.Release()
-			return err
-		}
-		if !errors.Is(err, backend.ErrSkip) {
-			return err
-		}
+	if done, err := c.transportColl(co); done {
+		return err
 	}
 	if isDevice(co.Send, co.Recv) && !c.onDeviceFor(co) {
 		return c.stagedColl(co)
 	}
 	return c.p2pColl(co) // host memory, or device memory on the device (colldevice.go)
+}
+
+// transportColl runs co through the transport's own collectives, where
+// it has them and takes co, and reports whether it did (false: run it
+// over point-to-point messages), with the collective's error. A
+// transport that can run co to its end on this goroutine
+// (backend.CollRunner) is asked that way first: no request when the
+// parts come at once.
+func (c *Comm) transportColl(co backend.Coll) (bool, error) {
+	var (
+		r   backend.Request
+		err error
+	)
+	switch cc := c.conn.(type) {
+	case backend.CollRunner:
+		if r, err = cc.RunCollective(co); err == nil && r == nil {
+			return true, nil
+		}
+	case backend.Collectives:
+		r, err = cc.Collective(co)
+	default:
+		return false, nil
+	}
+	if err != nil {
+		return !errors.Is(err, backend.ErrSkip), err
+	}
+	_, err = c.wait(r)
+	r.Release()
+	return true, err
 }
 
 // onDeviceFlag marks, in agree's description of a collective, one whose

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -465,4 +466,44 @@ func TestSharedBcastStreamed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSharedCollectiveWaitReported: a shared-memory collective that ends
+// at once leaves nothing pending, and one whose peer comes late (it is
+// handed over from the caller's quick polls to the request's wait) is in
+// the pending-operation report while it waits, and still gets the sum.
+func TestSharedCollectiveWaitReported(t *testing.T) {
+	t.Parallel() // waits more than it computes
+	comms := openRanks(t, 2, "host")
+	sum := func(c *mp.Comm) ([]float64, error) {
+		v := []float64{float64(c.Rank() + 1)}
+		err := mp.Allreduce(c, v, v, mp.Sum)
+		return v, err
+	}
+	for range 3 {
+		errs := onAll(comms, func(c *mp.Comm) error { _, err := sum(c); return err })
+		require.NoError(t, errors.Join(errs...))
+	}
+	assert.NotContains(t, comms[0].PendingReport(), "shared memory", "a finished collective is reported")
+
+	seen := make(chan string, 1)
+	go func() { // rank 1 calls once rank 0's wait is reported, or after 10 s
+		deadline := time.Now().Add(10 * time.Second)
+		report := ""
+		for time.Now().Before(deadline) {
+			if report = comms[0].PendingReport(); strings.Contains(report, "Allreduce (shared memory)") {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		seen <- report
+		_, _ = sum(comms[1])
+	}()
+	got, err := sum(comms[0])
+	require.NoError(t, err)
+	assert.Equal(t, []float64{3}, got)
+	report := <-seen
+	assert.Contains(t, report, "Allreduce (shared memory)", "the waiting collective is not in the report")
+	assert.Contains(t, report, "waiting for rank 1")
+	assert.NotContains(t, comms[0].PendingReport(), "shared memory", "a finished collective is reported")
 }

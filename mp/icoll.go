@@ -3,6 +3,7 @@ package mp
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/courier-mp/courier/backend"
@@ -135,7 +136,21 @@ func (c *Comm) icollective(co backend.Coll) (*Request, error) {
 // ticket lock (each collective takes the next ticket when it starts and
 // runs when served reaches it) and the queue of non-blocking collectives
 // that its worker goroutine runs. The zero value is ready.
+//
+// A blocking collective that finds nothing else started (the common case:
+// one goroutine calling collectives one after another) takes its turn by
+// one compare-and-swap of fast instead, and gives it back by another: the
+// mutex, the tickets and the condition cost a dozen atomic instructions a
+// call, each of which waits until this core's stores (the shared-memory
+// collective's last, to lines another core reads) have left it. fast is
+// orderFree (no collective holds the turn or waits for it, no ticket is
+// out), orderFast (a blocking collective holds it by the fast path),
+// orderFastWanted (that, and tickets were taken behind it) or
+// orderTickets (the tickets decide, until every ticket is served). The
+// fast path's two compare-and-swaps (orderFree to orderFast and back) are
+// its only moves outside mu.
 type collOrder struct {
+	fast           atomic.Int32
 	mu             sync.Mutex
 	cond           sync.Cond // served moved, or the queue grew
 	issued, served uint64
@@ -145,10 +160,35 @@ type collOrder struct {
 	wg             sync.WaitGroup // the worker
 }
 
-// take returns the next ticket; o.mu is held.
+// The states of collOrder.fast.
+const (
+	orderFree       = 0
+	orderFast       = 1
+	orderFastWanted = 2
+	orderTickets    = -1
+)
+
+// take returns the next ticket; o.mu is held. It moves the order to
+// the tickets: a collective holding the turn by the fast path then holds
+// a ticket of its own, the one served now, which it serves when it gives
+// the turn back (collUnlock).
 func (o *collOrder) take() uint64 {
 	if o.cond.L == nil {
 		o.cond.L = &o.mu
+	}
+	for {
+		switch o.fast.Load() {
+		case orderFree:
+			if !o.fast.CompareAndSwap(orderFree, orderTickets) {
+				continue
+			}
+		case orderFast:
+			if !o.fast.CompareAndSwap(orderFast, orderFastWanted) {
+				continue
+			}
+			o.issued++ // the fast holder's
+		}
+		break
 	}
 	t := o.issued
 	o.issued++
@@ -169,11 +209,15 @@ func (o *collOrder) await(t uint64) {
 // its turn came.
 func (c *Comm) collLock(pc uintptr, call uint32, span uint64) {
 	o := &c.order
-	o.mu.Lock()
-	o.await(o.take())
-	o.mu.Unlock()
+	if !o.fast.CompareAndSwap(orderFree, orderFast) {
+		o.mu.Lock()
+		o.await(o.take())
+		o.mu.Unlock()
+	}
 	c.collPC = pc
-	c.collCall.Store(call)
+	if c.collCall.Load() != call { // a store is an exchange: only a change
+		c.collCall.Store(call)
+	}
 	if span != 0 {
 		c.traceTurn(span)
 	}
@@ -182,10 +226,27 @@ func (c *Comm) collLock(pc uintptr, call uint32, span uint64) {
 // collUnlock ends the turn of the collective holding it.
 func (c *Comm) collUnlock() {
 	o := &c.order
+	if o.fast.CompareAndSwap(orderFast, orderFree) {
+		return
+	}
 	o.mu.Lock()
+	if o.fast.Load() == orderFastWanted {
+		// Held by the fast path when another collective came (take):
+		// the tickets decide from now on, this turn's first.
+		o.fast.Store(orderTickets)
+	}
 	o.served++
+	o.release()
 	o.cond.Broadcast()
 	o.mu.Unlock()
+}
+
+// release lets the fast path take the turn again once every ticket is
+// served (no collective holds the turn or waits for it); o.mu is held.
+func (o *collOrder) release() {
+	if o.served == o.issued && o.fast.Load() == orderTickets {
+		o.fast.Store(orderFree)
+	}
 }
 
 // collJob is a non-blocking collective run by the communicator's worker,
@@ -299,6 +360,7 @@ func (c *Comm) collWorker() {
 		close(j.done)
 		o.mu.Lock()
 		o.served++
+		o.release()
 		o.cond.Broadcast()
 	}
 	o.queue = o.queue[:0]

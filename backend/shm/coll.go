@@ -78,8 +78,9 @@ type Coll struct {
 	touch byte       // where finish's first reads of the slots land (kept, so not elided)
 	fail  error      // a collective that failed: every later one fails with it
 
-	mu  sync.Mutex // serializes the request's progress (Wait, Test, Done's waiter)
-	req collReq
+	mu    sync.Mutex // serializes a request's progress (Wait, Test, Done's waiter)
+	req   collReq    // Collective's
+	quick collReq    // RunCollective's
 
 	infoMu sync.Mutex // the request's state as Pending and Done see it
 }
@@ -161,6 +162,8 @@ func (h *Hub) Coll() *Coll { return h.coll }
 
 // Calls is the number of collectives this rank has run through shared
 // memory: tests check with it which path a collective took.
+//
+// Call it between collectives: RunCollective counts without a lock.
 func (c *Coll) Calls() int64 {
 	c.infoMu.Lock()
 	defer c.infoMu.Unlock()
@@ -203,6 +206,66 @@ func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
 	return r, nil
 }
 
+// RunCollective implements backend.CollRunner: Collective and the start
+// of its request's Wait in one, on the caller's goroutine. A collective
+// whose parts come within quickPolls polls (most small ones, the ranks
+// calling together) ends here having taken no lock and allocated nothing:
+// each lock is an atomic instruction, which waits until the stores before
+// it (to the head and the sequence word, lines the other ranks read) have
+// left this core, and a dozen of them made up most of an 8-byte Bcast's
+// time. One that must wait longer is handed back as its request, pending,
+// as Collective would have handed it out: from then on it is Collective's
+// in every way (Pending reports it, Wait waits for it under c.mu).
+//
+// The caller holds the communicator's turn (package mp's order of its
+// collectives), which is what keeps another collective of this Coll from
+// running meanwhile; the request, until it is handed back, is seen by this
+// goroutine alone.
+func (c *Coll) RunCollective(co backend.Coll) (backend.Request, error) {
+	if c == nil || !take(&co, c.size) {
+		return nil, backend.ErrSkip
+	}
+	if c.fail != nil {
+		return nil, c.fail
+	}
+	if err := c.h.e.Err(); err != nil {
+		return nil, err
+	}
+	r := &c.quick
+	if r.busy { // handed back and not released: package mp never does this
+		return nil, fmt.Errorf("%w: a shared-memory collective started while another is under way (one at a time per communicator)", backend.ErrInvalid)
+	}
+	c.seq++
+	r.c, r.co, r.k, r.desc = c, co, c.seq, collDesc(&co)
+	r.phase, r.quiet, r.err = phaseWrite, true, nil
+	if r.waitFor.Load() != 0 {
+		r.waitFor.Store(0)
+	}
+	if !c.h.enter() {
+		c.end(r, c.closedErr(r))
+		return nil, r.err
+	}
+	for i := 0; i < quickPolls; i++ {
+		if c.step(r, i&15 == 15) {
+			c.h.exit()
+			return nil, r.err
+		}
+		c.h.e.SpinPause(i)
+	}
+	c.h.exit()
+	c.infoMu.Lock()
+	r.quiet, r.busy, r.finished, r.doneCh = false, true, false, nil
+	c.infoMu.Unlock()
+	return r, nil
+}
+
+// quickPolls is how many polls RunCollective makes before it hands the
+// collective back as a request: enough for parts that come within a
+// microsecond or so (a Bcast's reader, a rank a little ahead of the
+// others), few enough that the watchdog and the timeout, which count from
+// the request's Wait, start late by microseconds.
+const quickPolls = 128
+
 // collDesc packs what every rank must pass alike into one word: the kind,
 // operator, element type, root and send size.
 func collDesc(co *backend.Coll) uint64 {
@@ -243,7 +306,9 @@ func (c *Coll) Pending() (backend.OpInfo, bool) {
 	defer c.infoMu.Unlock()
 	r := &c.req
 	if !r.busy || r.finished {
-		return backend.OpInfo{}, false
+		if r = &c.quick; !r.busy || r.finished {
+			return backend.OpInfo{}, false
+		}
 	}
 	return backend.OpInfo{Op: r.co.Kind.String() + " (shared memory)", Peer: r.waitingFor(), Tag: -1,
 		Count: r.co.Send.Count, Type: r.co.Send.Type, Caller: r.co.Caller}, true
@@ -257,6 +322,7 @@ type collReq struct {
 	k       uint64 // its number: the value of the sequence words it waits for
 	desc    uint64
 	phase   uint8
+	quiet   bool         // RunCollective's, not handed back: no other goroutine sees it
 	waitFor atomic.Int32 // 1 + the rank it waits for (0: none yet); read by Pending from any goroutine
 
 	// Under c.infoMu:
@@ -357,6 +423,10 @@ func (c *Coll) end(r *collReq, err error) {
 	r.phase = phaseDone
 	if err != nil && c.fail == nil {
 		c.fail = err
+	}
+	if r.quiet {
+		r.err = err
+		return
 	}
 	c.infoMu.Lock()
 	r.err, r.finished = err, true

@@ -23,6 +23,12 @@ func (c *hostConn) Collective(co backend.Coll) (backend.Request, error) {
 	return c.coll.Collective(co)
 }
 
+// RunCollective implements backend.CollRunner: Collective's, run to its
+// end on the caller's goroutine where its parts come at once.
+func (c *hostConn) RunCollective(co backend.Coll) (backend.Request, error) {
+	return c.coll.RunCollective(co)
+}
+
 // Pending implements backend.Conn: the engine's operations, and the
 // shared-memory collective under way.
 func (c *hostConn) Pending() []backend.OpInfo {
