@@ -19,7 +19,7 @@
  *            one), and BYTES is what was actually used.
  *   TIME_US  microseconds per call, as courier bench times them: one call,
  *            then four more timed to pick how many calls make a figure of
- *            about 0.2 s (the slowest rank's pace; 5 to 2000 calls); each
+ *            about 0.2 s (the slowest rank's pace; 5 to 100000 calls); each
  *            figure starts together (MPI_Barrier, then a one-element
  *            MPI_Allreduce) and is timed on every rank, the slowest
  *            counting; the row gives the median of -reps figures (for an
@@ -36,6 +36,7 @@
 #include "bench.h"
 
 #define TARGET 0.2 /* seconds per figure */
+#define MAX_CALLS 100000 /* calls per figure at most */
 #define MAX_SIZE ((size_t)1 << 34)
 
 enum { ALLREDUCE, ALLGATHER, ALLTOALL, REDUCESCATTER, BCAST, NCOLLS };
@@ -98,7 +99,7 @@ static double measure(int coll, int n, int reps, double *figs) {
 	double per = (MPI_Wtime() - start) / 4, worst;
 	MPI_Allreduce(&per, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 	double want = TARGET / (worst > 1e-9 ? worst : 1e-9);
-	int iters = want < 5 ? 5 : want > 2000 ? 2000 : (int)want;
+	int iters = want < 5 ? 5 : want > MAX_CALLS ? MAX_CALLS : (int)want;
 	for (int r = 0; r < reps; r++) {
 		float sync = 1;
 		MPI_Barrier(MPI_COMM_WORLD);

@@ -57,7 +57,7 @@
  * Each figure repeats the operation `iters` times: 5 operations warm up a
  * (collective, size) first, and from the time they took (the slowest rank's)
  * `iters` is chosen so that a figure lasts about 0.2 s, at least 5 and at
- * most 2000 (-iters forces it). After the figures, the result is checked
+ * most 100000 (-iters forces it), as courier bench does. After the figures, the result is checked
  * once: the inputs filled with small whole numbers that depend on the rank
  * and the index (exact in float32, sums included), one operation, the
  * output copied back and compared on every rank with what it must be; a
@@ -268,7 +268,7 @@ static const char usage[] =
 	"               reducescatter, bcast (default allreduce,allgather,alltoall)\n"
 	"  -sizes LIST  bytes, comma-separated, each with an optional k, m or g suffix\n"
 	"               (KiB, MiB, GiB; default 8,128k,2m,32m,128m,512m)\n"
-	"  -iters N     operations per figure (default: about 0.2 s of them, 5 to 2000)\n"
+	"  -iters N     operations per figure (default: about 0.2 s of them, 5 to 100000)\n"
 	"  -reps R      figures per row, the median reported (default 5)\n"
 	"  -nosync      operations back to back, one synchronize per figure (default:\n"
 	"               each operation synchronized)\n";
@@ -428,8 +428,8 @@ int main(int argc, char **argv) {
 			double w = run(&s, 4, nosync);
 			int iters = forcedIters;
 			if (!iters) {
-				double k = w > 0 ? 0.2 / w : 2000;
-				iters = k < 5 ? 5 : k > 2000 ? 2000 : (int)k;
+				double k = w > 0 ? 0.2 / w : 100000;
+				iters = k < 5 ? 5 : k > 100000 ? 100000 : (int)k;
 			}
 			for (int r = 0; r < reps; r++) {
 				together();

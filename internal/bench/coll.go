@@ -60,8 +60,15 @@ func busFactor(kind string, n int) float64 {
 	return float64(n-1) / float64(n)
 }
 
-// collTarget is about how long one figure takes.
-const collTarget = 200 * time.Millisecond
+// collTarget is about how long one figure takes, and collMaxCalls the
+// most calls one makes (a figure of the smallest collectives, a tenth of
+// a microsecond each, then takes 10 ms: long enough that a scheduler tick
+// or a wake-up of the runtime is a small part of it, as it was not of the
+// 2000 calls, a millisecond, that the cap once was).
+const (
+	collTarget   = 200 * time.Millisecond
+	collMaxCalls = 100000
+)
 
 // RunColl measures cfg's collectives on every rank of c. Rank 0 gets the
 // rows (and emit, if not nil, each as it is measured); the others nil.
@@ -131,9 +138,10 @@ func collOp(kind string, send, recv *floats, n, p int) func(c *mp.Comm) error {
 }
 
 // measureColl times op: one call, then four more to size a run of about
-// collTarget (5 to 2000 calls, the slowest rank's estimate), then Reps runs,
-// each started together (a barrier and a one-element Allreduce) and timed
-// on every rank, the slowest counting; the median run is kept.
+// collTarget (5 to collMaxCalls calls, the slowest rank's estimate), then
+// Reps runs, each started together (a barrier and a one-element
+// Allreduce) and timed on every rank, the slowest counting; the median
+// run is kept.
 func measureColl(c *mp.Comm, op func(*mp.Comm) error, reps int, each func(int, int)) (CollRow, error) {
 	var row CollRow
 	if err := op(c); err != nil {
@@ -149,7 +157,7 @@ func measureColl(c *mp.Comm, op func(*mp.Comm) error, reps int, each func(int, i
 	if err := mp.Allreduce(c, per, per, mp.Max); err != nil {
 		return row, err
 	}
-	iters := int(min(max(collTarget.Seconds()/max(per[0], 1e-9), 5), 2000))
+	iters := int(min(max(collTarget.Seconds()/max(per[0], 1e-9), 5), collMaxCalls))
 	sync := []float32{1}
 	d, err := median(reps, each, func() (time.Duration, error) {
 		if err := mp.Barrier(c); err != nil {
