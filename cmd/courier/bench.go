@@ -61,7 +61,7 @@ What to measure:
                     median printed (default 3). A latency figure is about
                     64 MiB of round trips (3 to 20000, cut to about 2 s), a
                     bandwidth figure about 1 GiB (3 to 20000 windows), a
-                    collective's about 0.2 s (5 to 2000 calls): the run
+                    collective's about 0.2 s (5 to 100000 calls): the run
                     takes N times the sum over the sizes, and 0.25 s of
                     untimed round trips at the first latency size first
   -device           send GPU memory (the rank's GPU) instead of host memory
