@@ -179,32 +179,49 @@ func (c *Coll) Calls() int64 {
 //
 // The request's Wait does the work; Collective itself never blocks.
 func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
-	if c == nil || !take(&co, c.size) {
-		return nil, backend.ErrSkip
-	}
-	if c.fail != nil {
-		return nil, c.fail
-	}
-	if err := c.h.e.Err(); err != nil {
+	if err := c.ready(&co); err != nil {
 		return nil, err
 	}
 	r := &c.req
 	c.infoMu.Lock()
+	defer c.infoMu.Unlock()
 	if r.busy {
-		c.infoMu.Unlock()
-		return nil, fmt.Errorf("%w: a shared-memory collective started while another is under way (one at a time per communicator)", backend.ErrInvalid)
+		return nil, errCollBusy
 	}
+	c.restart(r, co)
+	r.busy, r.finished, r.doneCh = true, false, nil
+	return r, nil
+}
+
+// ready checks what Collective and RunCollective check before they start
+// co: that Coll takes it (else an error matching ErrSkip), that no earlier
+// collective failed, and that the transport has not ended.
+func (c *Coll) ready(co *backend.Coll) error {
+	if c == nil || !take(co, c.size) {
+		return backend.ErrSkip
+	}
+	if c.fail != nil {
+		return c.fail
+	}
+	return c.h.e.Err()
+}
+
+// restart readies r, which its caller owns, for this rank's next call:
+// co. Field by field: the request is reused, and its atomic word is
+// stored only when it changes.
+func (c *Coll) restart(r *collReq, co backend.Coll) {
 	c.seq++
-	// Field by field: the request is reused, and its atomic word is
-	// stored only when it changes.
 	r.c, r.co, r.k, r.desc = c, co, c.seq, collDesc(&co)
-	r.phase, r.busy, r.finished, r.err, r.doneCh = phaseWrite, true, false, nil, nil
+	r.phase, r.err = phaseWrite, nil
 	if r.waitFor.Load() != 0 {
 		r.waitFor.Store(0)
 	}
-	c.infoMu.Unlock()
-	return r, nil
 }
+
+// errCollBusy: a collective started while this Coll's request of that
+// kind is still handed out (package mp, which orders the collectives,
+// never does this).
+var errCollBusy = fmt.Errorf("%w: a shared-memory collective started while another is under way (one at a time per communicator)", backend.ErrInvalid)
 
 // RunCollective implements backend.CollRunner: Collective and the start
 // of its request's Wait in one, on the caller's goroutine. A collective
@@ -222,25 +239,15 @@ func (c *Coll) Collective(co backend.Coll) (backend.Request, error) {
 // running meanwhile; the request, until it is handed back, is seen by this
 // goroutine alone.
 func (c *Coll) RunCollective(co backend.Coll) (backend.Request, error) {
-	if c == nil || !take(&co, c.size) {
-		return nil, backend.ErrSkip
-	}
-	if c.fail != nil {
-		return nil, c.fail
-	}
-	if err := c.h.e.Err(); err != nil {
+	if err := c.ready(&co); err != nil {
 		return nil, err
 	}
 	r := &c.quick
-	if r.busy { // handed back and not released: package mp never does this
-		return nil, fmt.Errorf("%w: a shared-memory collective started while another is under way (one at a time per communicator)", backend.ErrInvalid)
+	if r.busy { // handed back and not released
+		return nil, errCollBusy
 	}
-	c.seq++
-	r.c, r.co, r.k, r.desc = c, co, c.seq, collDesc(&co)
-	r.phase, r.quiet, r.err = phaseWrite, true, nil
-	if r.waitFor.Load() != 0 {
-		r.waitFor.Store(0)
-	}
+	c.restart(r, co)
+	r.quiet = true
 	if !c.h.enter() {
 		c.end(r, c.closedErr(r))
 		return nil, r.err
