@@ -38,6 +38,10 @@
 //   - [Collectives], on a Conn: collectives the transport runs itself. An
 //     error matching [ErrSkip] hands one back, and mp runs it over
 //     point-to-point messages, as it does without the interface.
+//   - [CollRunner], on a Conn with Collectives: a blocking collective run
+//     on the caller's goroutine, with no request when it ends at once
+//     (the shared-memory collectives). Without it, mp starts the
+//     collective with Collective and waits for its request.
 //   - [DeviceConn], on a Conn: the GPU the communicator is bound to (mp's
 //     Comm.Device). Without it, mp chooses as [PickDevice] does.
 //   - [StreamConn], on a Conn: sends and receives ordered on a CUDA
@@ -68,7 +72,8 @@
 //	             Exchanger, Driver; the Availability, Prober, Canceler,
 //	             Splitter and Shrinker capabilities; ShrinkTag
 //	dtype.go     DType, the element types
-//	coll.go      the collectives: CollKind, ReduceOp, Coll, Collectives, ErrSkip
+//	coll.go      the collectives: CollKind, ReduceOp, Coll, Collectives,
+//	             CollRunner, ErrSkip
 //	device.go    the GPU side: PickDevice, Stream, DeviceConn, StreamWaiter,
 //	             StreamConn, StreamCollectives
 //	errors.go    the sentinel errors (internal/errs's values), ErrPeerClosed and LostError
