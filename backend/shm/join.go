@@ -26,9 +26,17 @@ type Local struct {
 // Sizes. A rank's inbox holds its bell on the first page and then one
 // ring per other rank of the host; rings shrink as the host's ranks grow,
 // so an inbox stays near inboxBudget.
+//
+// A ring's first pass is slower than the passes after it: each small
+// message takes a line of its own, and a line no message has taken yet
+// comes from memory, not from a cache (1-byte messages between 2 ranks,
+// 0.2 µs more one way on a 2-core AMD VM until each ring had gone round
+// once; docs/benchmarks.md, 2026-12-05, third session). maxRing is 2 MiB,
+// 32768 small messages a pass, not 4: half the slow start, and no large
+// message measured slower (they move in chunks of at most 256 KiB).
 const (
 	inboxBudget = 16 << 20
-	maxRing     = 4 << 20
+	maxRing     = 2 << 20
 	minRing     = 64 << 10
 	page        = 4096
 	// maxEager bounds the messages copied whole through a ring; larger
