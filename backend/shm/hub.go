@@ -59,8 +59,13 @@ func (h *Hub) enter() bool {
 func (h *Hub) exit() { h.active.Add(-1) }
 
 // idleSleep bounds the progress goroutine's sleep on its bell: a backstop,
-// since every arrival rings it.
-const idleSleep = 100 * time.Millisecond
+// since every arrival rings it (and so do a link's end and Close). Each
+// wake costs the rank more than its few instructions: with each rank bound
+// to a core (as mpirun binds them), a loop of 8-byte Allreduces through
+// shared memory, whose waiters poll without waking this goroutine, lost
+// 17 ms in every 100 (0.69 µs a call against 0.58 with a second here; a
+// 2-core AMD VM, docs/benchmarks.md, 2026-12-05, third session).
+const idleSleep = time.Second
 
 // progressTick is how often the progress goroutine looks while waiters
 // spin (they take arrivals themselves): the longest an arrival waits after
