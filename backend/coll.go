@@ -157,9 +157,9 @@ type Collectives interface {
 // ErrSkip, and nothing was done), and (r, nil) when it must wait longer:
 // r is then the collective's request, pending, which the caller waits for
 // (with its timeout, its reports) and releases, as one from Collective.
-// Package mp calls it, where the Conn has it, for the collectives a
-// program calls blocking, in their turn; the non-blocking ones still go
-// through Collective.
+// Package mp calls it, where the Conn has it, instead of Collective, for
+// every collective it runs through the transport, in the collective's
+// turn (a non-blocking one on the communicator's worker goroutine).
 type CollRunner interface {
 	RunCollective(c Coll) (Request, error)
 }

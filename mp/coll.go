@@ -305,8 +305,8 @@ func (c *Comm) runAgreed(co backend.Coll) error {
 // it has them and takes co, and reports whether it did (false: run it
 // over point-to-point messages), with the collective's error. A
 // transport that can run co to its end on this goroutine
-// (backend.CollRunner) is asked that way first: no request when the
-// parts come at once.
+// (backend.CollRunner) is asked that way, not through Collective: no
+// request when the parts come at once.
 func (c *Comm) transportColl(co backend.Coll) (bool, error) {
 	var (
 		r   backend.Request
