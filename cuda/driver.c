@@ -458,6 +458,12 @@ courier_status courier_ipc_close_mem_handle(const courier_cuda *c, uintptr_t ctx
 	COURIER_CTX_CALL(c, ctx, c->cuIpcCloseMemHandle((CUdeviceptr)p))
 }
 
+courier_mem_range_result courier_mem_range(const courier_cuda *c, uintptr_t ctx, uint64_t p) {
+	courier_mem_range_result r = {0};
+	r.st = courier_mem_get_address_range(c, ctx, p, &r.base, &r.bytes);
+	return r;
+}
+
 courier_status courier_mem_get_address_range(const courier_cuda *c, uintptr_t ctx, uint64_t p, uint64_t *base, uint64_t *bytes) {
 	if (c->cuMemGetAddressRange == NULL) return courier_plain(COURIER_CUDA_NOT_SUPPORTED);
 	CUdeviceptr b = 0;

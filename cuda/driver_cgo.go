@@ -174,9 +174,8 @@ func (d *driver) memFree(ctx, p uintptr) error {
 }
 
 func (d *driver) memGetAddressRange(ctx, p uintptr) (uintptr, int64, error) {
-	var base, n C.uint64_t
-	err := d.check(C.courier_mem_get_address_range(d.c, C.uintptr_t(ctx), C.uint64_t(p), &base, &n), "cuMemGetAddressRange")
-	return uintptr(base), int64(n), err
+	r := C.courier_mem_range(d.c, C.uintptr_t(ctx), C.uint64_t(p)) // by value: nothing escapes
+	return uintptr(r.base), int64(r.bytes), d.check(r.st, "cuMemGetAddressRange")
 }
 
 func (d *driver) ipcGetMemHandle(ctx, p uintptr) (IPCHandle, error) {

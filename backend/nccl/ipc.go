@@ -729,7 +729,7 @@ func (c *conn) ipcSendStep(ip *ipcPeer, pumper bool) {
 		c.mu.Lock()
 		if len(ip.forgets) > 0 {
 			id := ip.forgets[0]
-			ip.forgets = ip.forgets[1:]
+			ip.forgets = popFront(ip.forgets, 1)
 			d := ipcDesc{forget: true, typ: backend.Uint8, region: cuda.IPCRegion{ID: id}, seq: ip.sendSeq}
 			ip.sendSeq++
 			c.mu.Unlock()
@@ -748,8 +748,7 @@ func (c *conn) ipcSendStep(ip *ipcPeer, pumper bool) {
 			wakeUp(ip.sendWake)
 			return
 		}
-		ip.outq[0] = nil
-		ip.outq = ip.outq[1:]
+		ip.outq = popFront(ip.outq, 1)
 		if r.stage == stageDone { // failed meanwhile (a lost peer, Abort)
 			c.mu.Unlock()
 			continue
@@ -1029,8 +1028,7 @@ func (c *conn) ipcLaunch(ip *ipcPeer) bool {
 			ip.deferred = append(ip.deferred, *j)
 		}
 	}
-	clear(ip.work[:k])
-	ip.work = ip.work[k:]
+	ip.work = popFront(ip.work, k)
 	c.mu.Unlock()
 	f.jobs = jobs
 	if len(jobs) == 0 {
@@ -1380,4 +1378,15 @@ func (c *conn) takeAfter(r *request) *cuda.Event {
 	ev := r.ipc.after
 	r.ipc.after = nil
 	return ev
+}
+
+// popFront drops the first n elements of the queue q and returns it,
+// on the same array: the elements left move to its front and the rest is
+// cleared, so that the appends after it reuse the array. (q = q[n:] gives
+// the array's front up for good: a queue that empties and fills again,
+// one message at a time, allocated a new array for every message.)
+func popFront[T any](q []T, n int) []T {
+	m := copy(q, q[n:])
+	clear(q[m:])
+	return q[:m]
 }
