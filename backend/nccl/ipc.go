@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -729,7 +730,7 @@ func (c *conn) ipcSendStep(ip *ipcPeer, pumper bool) {
 		c.mu.Lock()
 		if len(ip.forgets) > 0 {
 			id := ip.forgets[0]
-			ip.forgets = popFront(ip.forgets, 1)
+			ip.forgets = slices.Delete(ip.forgets, 0, 1) // in place: q[1:] would give the array up
 			d := ipcDesc{forget: true, typ: backend.Uint8, region: cuda.IPCRegion{ID: id}, seq: ip.sendSeq}
 			ip.sendSeq++
 			c.mu.Unlock()
@@ -748,8 +749,8 @@ func (c *conn) ipcSendStep(ip *ipcPeer, pumper bool) {
 			wakeUp(ip.sendWake)
 			return
 		}
-		ip.outq = popFront(ip.outq, 1)
-		if r.stage == stageDone { // failed meanwhile (a lost peer, Abort)
+		ip.outq = slices.Delete(ip.outq, 0, 1) // in place: q[1:] would give the array up
+		if r.stage == stageDone {              // failed meanwhile (a lost peer, Abort)
 			c.mu.Unlock()
 			continue
 		}
@@ -1028,7 +1029,10 @@ func (c *conn) ipcLaunch(ip *ipcPeer) bool {
 			ip.deferred = append(ip.deferred, *j)
 		}
 	}
-	ip.work = popFront(ip.work, k)
+	// Deleted from the front in place, not resliced: q = q[k:] gives the
+	// array's front up for good, and a queue that empties and fills
+	// again, a message at a time, took a new array every message.
+	ip.work = slices.Delete(ip.work, 0, k)
 	c.mu.Unlock()
 	f.jobs = jobs
 	if len(jobs) == 0 {
@@ -1378,15 +1382,4 @@ func (c *conn) takeAfter(r *request) *cuda.Event {
 	ev := r.ipc.after
 	r.ipc.after = nil
 	return ev
-}
-
-// popFront drops the first n elements of the queue q and returns it,
-// on the same array: the elements left move to its front and the rest is
-// cleared, so that the appends after it reuse the array. (q = q[n:] gives
-// the array's front up for good: a queue that empties and fills again,
-// one message at a time, allocated a new array for every message.)
-func popFront[T any](q []T, n int) []T {
-	m := copy(q, q[n:])
-	clear(q[m:])
-	return q[:m]
 }
