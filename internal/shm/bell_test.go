@@ -96,9 +96,14 @@ func TestBellNoAllocs(t *testing.T) {
 // pingPong is one side of a bell ping-pong: for each round it waits, by
 // the bell's protocol and never spinning, until the peer's counter reaches
 // the round (or, when first, starts the round), then sets its own and
-// rings the peer. It returns how many sleeps ran into their timeout: a
-// lost wake-up would be one.
-func pingPong(rounds int, first bool, mine, theirs *atomic.Uint32, me, peer Bell) (sleeps, timeouts int, err error) {
+// rings the peer. It returns how many sleeps ran into their timeout, and
+// of those how many were lost wake-ups: the peer's counter there and the
+// bell's word as this side armed it (the peer moved on and never rang). A
+// sleep that merely lasted, the word rung (a wake-up delivered late) or
+// the peer not there yet (the machine stopped both), is not one: CI's
+// virtual machine once held a pair of these processes for 2 s. Callers
+// allow one such stall per side, and no lost wake-up.
+func pingPong(rounds int, first bool, mine, theirs *atomic.Uint32, me, peer Bell) (sleeps, timeouts, lost int, err error) {
 	for i := 1; i <= rounds; i++ {
 		want := uint32(i)
 		if first {
@@ -112,17 +117,20 @@ func pingPong(rounds int, first bool, mine, theirs *atomic.Uint32, me, peer Bell
 			}
 			start := time.Now()
 			if err := me.Sleep(v, bellTimeout); err != nil {
-				return sleeps, timeouts, err
+				return sleeps, timeouts, lost, err
 			}
 			sleeps++
 			if time.Since(start) >= bellTimeout {
 				timeouts++
+				if theirs.Load() == want && atomic.LoadUint32(me.w) == v {
+					lost++
+				}
 			}
 		}
 		mine.Store(uint32(i))
 		peer.Ring()
 	}
-	return sleeps, timeouts, nil
+	return sleeps, timeouts, lost, nil
 }
 
 // TestBellGoroutines plays many rounds of bell ping-pong between two
@@ -136,17 +144,18 @@ func TestBellGoroutines(t *testing.T) {
 	var ca, cb atomic.Uint32
 	a, b := NewBell(&wa), NewBell(&wb)
 	var wg sync.WaitGroup
-	var bSleeps, bTimeouts int
+	var bSleeps, bTimeouts, bLost int
 	var bErr error
-	wg.Go(func() { bSleeps, bTimeouts, bErr = pingPong(rounds, false, &cb, &ca, b, a) })
+	wg.Go(func() { bSleeps, bTimeouts, bLost, bErr = pingPong(rounds, false, &cb, &ca, b, a) })
 	start := time.Now()
-	aSleeps, aTimeouts, err := pingPong(rounds, true, &ca, &cb, a, b)
+	aSleeps, aTimeouts, aLost, err := pingPong(rounds, true, &ca, &cb, a, b)
 	wg.Wait()
 	require.NoError(t, err)
 	require.NoError(t, bErr)
 	t.Logf("%d rounds in %v (%v per one-way wake-up); sleeps %d and %d", rounds, time.Since(start),
 		time.Since(start)/time.Duration(2*rounds), aSleeps, bSleeps)
-	assert.Zero(t, aTimeouts+bTimeouts, "lost wake-ups")
+	assert.Zero(t, aLost+bLost, "lost wake-ups")
+	assert.LessOrEqual(t, aTimeouts+bTimeouts, 2, "sleeps that ran into their timeout")
 	assert.Equal(t, uint32(rounds), ca.Load())
 	assert.Equal(t, uint32(rounds), cb.Load())
 	assert.Greater(t, aSleeps+bSleeps, rounds/2, "the sides slept, mostly")
@@ -160,11 +169,11 @@ func init() {
 		}
 		mine := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountC)))
 		theirs := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountP)))
-		sleeps, timeouts, err := pingPong(atoi(args[0]), false, mine, theirs, p.me, p.peer)
+		sleeps, timeouts, lost, err := pingPong(atoi(args[0]), false, mine, theirs, p.me, p.peer)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintln(conn, sleeps, timeouts)
+		_, err = fmt.Fprintln(conn, sleeps, timeouts, lost)
 		return err
 	}
 }
@@ -180,15 +189,16 @@ func TestBellProcesses(t *testing.T) {
 	mine := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountP)))
 	theirs := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountC)))
 	start := time.Now()
-	sleeps, timeouts, err := pingPong(rounds, true, mine, theirs, p.me, p.peer)
+	sleeps, timeouts, lost, err := pingPong(rounds, true, mine, theirs, p.me, p.peer)
 	require.NoError(t, err)
-	var cSleeps, cTimeouts int
-	_, err = fmt.Sscan(c.line(t), &cSleeps, &cTimeouts)
+	var cSleeps, cTimeouts, cLost int
+	_, err = fmt.Sscan(c.line(t), &cSleeps, &cTimeouts, &cLost)
 	require.NoError(t, err)
 	c.wait(t)
 	t.Logf("%d rounds in %v (%v per one-way wake-up); sleeps %d and %d", rounds, time.Since(start),
 		time.Since(start)/time.Duration(2*rounds), sleeps, cSleeps)
-	assert.Zero(t, timeouts+cTimeouts, "lost wake-ups")
+	assert.Zero(t, lost+cLost, "lost wake-ups")
+	assert.LessOrEqual(t, timeouts+cTimeouts, 2, "sleeps that ran into their timeout")
 	assert.Equal(t, uint32(rounds), theirs.Load())
 	assert.Greater(t, sleeps+cSleeps, rounds/2, "the sides slept, mostly")
 }
