@@ -48,9 +48,7 @@ func TestCollOrderFastPath(t *testing.T) {
 	assert.Equal(t, int32(orderTickets), o.fast.Load(), "a ticket is out")
 
 	o.mu.Lock() // the ticket's holder gives the turn back
-	o.served++
-	o.release()
-	o.cond.Broadcast()
+	o.serve()
 	o.mu.Unlock()
 	assert.Equal(t, int32(orderFree), o.fast.Load(), "every ticket served: the fast path is free again")
 	c.collLock(0, 2, 0)
@@ -96,9 +94,7 @@ func TestCollOrderExclusive(t *testing.T) {
 				o.mu.Unlock()
 				hold()
 				o.mu.Lock()
-				o.served++
-				o.release()
-				o.cond.Broadcast()
+				o.serve()
 				o.mu.Unlock()
 			}
 		}()

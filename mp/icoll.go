@@ -235,18 +235,19 @@ func (c *Comm) collUnlock() {
 		// the tickets decide from now on, this turn's first.
 		o.fast.Store(orderTickets)
 	}
-	o.served++
-	o.release()
-	o.cond.Broadcast()
+	o.serve()
 	o.mu.Unlock()
 }
 
-// release lets the fast path take the turn again once every ticket is
-// served (no collective holds the turn or waits for it); o.mu is held.
-func (o *collOrder) release() {
+// serve ends the turn of the ticket being served: the next one's comes,
+// and, once every ticket is served (no collective holds the turn or
+// waits for it), the fast path may take the turn again; o.mu is held.
+func (o *collOrder) serve() {
+	o.served++
 	if o.served == o.issued && o.fast.Load() == orderTickets {
 		o.fast.Store(orderFree)
 	}
+	o.cond.Broadcast()
 }
 
 // collJob is a non-blocking collective run by the communicator's worker,
@@ -359,9 +360,7 @@ func (c *Comm) collWorker() {
 		j.err = err
 		close(j.done)
 		o.mu.Lock()
-		o.served++
-		o.release()
-		o.cond.Broadcast()
+		o.serve()
 	}
 	o.queue = o.queue[:0]
 	o.worker = false
