@@ -69,7 +69,7 @@ type Comm struct {
 	guard       bool // COURIER_CHECK=2: send buffers checked for changes (guard.go)
 	job         backend.Job
 	env         func(string) string
-	cores       bool      // Init lowered GOMAXPROCS for it (cores.go)
+	cores       bool      // Init changed GOMAXPROCS for it (cores.go)
 	tr          *recorder // the timeline (trace.go); nil: none is recorded
 
 	// The collectives of device buffers that courier runs itself: on the
@@ -283,8 +283,10 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(generationHint(gen, err))
 	}
 	// A process of its own (not WithJob's ranks in one process) whose
-	// peers are all over TCP takes its share of the cores (cores.go).
-	lowered := cfg.job == nil && allTCP(conn, job.Rank, job.Size) && shareCores(job.LocalSize, os.Getenv)
+	// peers are all over TCP takes its share of the cores; one with a
+	// peer on the CUDA IPC path gets a second P (cores.go).
+	coresSet := cfg.job == nil && (allTCP(conn, job.Rank, job.Size) && shareCores(job.LocalSize, os.Getenv) ||
+		anyIPC(conn, job.Rank, job.Size) && widenCores(os.Getenv))
 	c := &Comm{
 		conn:        conn,
 		sender:      senderOf(conn),
@@ -299,7 +301,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		env:         cfg.env,
 		name:        "world",
 		fam:         newFamily(),
-		cores:       lowered,
+		cores:       coresSet,
 		devMode:     cfg.devMode,
 		tr:          tr,
 	}

@@ -17,40 +17,75 @@ import (
 // memory no socket wakes anyone, and a second P keeps the copies going
 // (10-12 GB/s at 1 MiB with 2, 5.6-5.8 with 1), so only ranks whose every
 // peer is over TCP are lowered. MPI's launchers bind each rank to a core,
-// which gives a Go rank GOMAXPROCS=1 on its own. The user's GOMAXPROCS
-// in the environment stands. The Close of the last communicator that
-// lowered it puts the old value back.
+// which gives a Go rank GOMAXPROCS=1 on its own.
+//
+// The CUDA IPC path (ranks sharing a GPU) wants the opposite: its stages
+// call the CUDA driver, whose calls can keep the thread that makes them,
+// and with one P every other goroutine of the rank waits for the
+// runtime to take the P back from that thread. A pair of ranks bound to
+// one core each (mpirun's default, so GOMAXPROCS=1) streamed 2 MiB
+// messages at 28-30 GB/s, and at 204-225 GB/s with GOMAXPROCS=2 on the
+// same cores (docs/benchmarks.md, "A second run: the build without
+// allocations"). So a rank with a peer on the IPC path and one P is
+// raised to 2.
+//
+// The user's GOMAXPROCS in the environment stands. The Close of the last
+// communicator that changed it puts the old value back.
 var cores struct {
-	mu      sync.Mutex
-	lowered int // open communicators that lowered GOMAXPROCS
-	prev    int // GOMAXPROCS before the first of them
+	mu   sync.Mutex
+	held int // open communicators that set GOMAXPROCS
+	set  int // the value they set
+	prev int // GOMAXPROCS before the first of them
+}
+
+// setCores sets GOMAXPROCS to want when from(the current value) says so,
+// unless the environment sets GOMAXPROCS (getenv reads it) or another
+// open communicator set another value, and reports whether it did (or
+// found it set to want by one): the caller then owes one releaseCores.
+func setCores(want int, from func(cur int) bool, getenv func(string) string) bool {
+	if getenv("GOMAXPROCS") != "" {
+		return false
+	}
+	cores.mu.Lock()
+	defer cores.mu.Unlock()
+	if cores.held > 0 {
+		if cores.set != want {
+			return false
+		}
+	} else {
+		cur := runtime.GOMAXPROCS(0)
+		if cur == want || !from(cur) {
+			return false
+		}
+		cores.prev = runtime.GOMAXPROCS(want)
+		cores.set = want
+	}
+	cores.held++
+	return true
 }
 
 // shareCores lowers GOMAXPROCS to 1 when localSize ranks fill or
 // outnumber the CPUs (getenv reads GOMAXPROCS) and reports whether it
 // did; the caller then owes one releaseCores.
 func shareCores(localSize int, getenv func(string) string) bool {
-	if localSize < 2 || localSize < runtime.NumCPU() || getenv("GOMAXPROCS") != "" {
+	if localSize < 2 || localSize < runtime.NumCPU() {
 		return false
 	}
-	cores.mu.Lock()
-	defer cores.mu.Unlock()
-	if cores.lowered == 0 {
-		if runtime.GOMAXPROCS(0) == 1 {
-			return false
-		}
-		cores.prev = runtime.GOMAXPROCS(1)
-	}
-	cores.lowered++
-	return true
+	return setCores(1, func(int) bool { return true }, getenv)
 }
 
-// releaseCores undoes one shareCores: the last one restores GOMAXPROCS,
-// unless something else changed it meanwhile.
+// widenCores raises GOMAXPROCS from 1 to 2 (for the CUDA IPC path) and
+// reports whether it did; the caller then owes one releaseCores.
+func widenCores(getenv func(string) string) bool {
+	return setCores(2, func(cur int) bool { return cur == 1 }, getenv)
+}
+
+// releaseCores undoes one shareCores or widenCores: the last one restores
+// GOMAXPROCS, unless something else changed it meanwhile.
 func releaseCores() {
 	cores.mu.Lock()
 	defer cores.mu.Unlock()
-	if cores.lowered--; cores.lowered == 0 && runtime.GOMAXPROCS(0) == 1 {
+	if cores.held--; cores.held == 0 && runtime.GOMAXPROCS(0) == cores.set {
 		runtime.GOMAXPROCS(cores.prev)
 	}
 }
@@ -68,4 +103,19 @@ func allTCP(conn any, rank, size int) bool {
 		}
 	}
 	return true
+}
+
+// anyIPC reports whether conn reaches some rank but rank (of size) over
+// the CUDA IPC path (the nccl backend's Transport names it "cuda-ipc").
+func anyIPC(conn any, rank, size int) bool {
+	t, ok := conn.(interface{ Transport(int) string })
+	if !ok {
+		return false
+	}
+	for r := range size {
+		if r != rank && t.Transport(r) == "cuda-ipc" {
+			return true
+		}
+	}
+	return false
 }

@@ -37,6 +37,34 @@ func TestShareCores(t *testing.T) {
 	require.Equal(t, 2, runtime.GOMAXPROCS(0))
 }
 
+// TestWidenCores: a rank with one P on the CUDA IPC path gets a second,
+// one with more keeps them, a lowered value stands against a widening,
+// and the release puts 1 back.
+func TestWidenCores(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+
+	require.False(t, widenCores(func(k string) string {
+		if k == "GOMAXPROCS" {
+			return "1"
+		}
+		return ""
+	}), "GOMAXPROCS set by the user")
+	require.Equal(t, 1, runtime.GOMAXPROCS(0))
+
+	require.True(t, widenCores(noEnv))
+	require.Equal(t, 2, runtime.GOMAXPROCS(0))
+	require.False(t, shareCores(max(runtime.NumCPU(), 2), noEnv), "a lowering while widened")
+	require.Equal(t, 2, runtime.GOMAXPROCS(0))
+	releaseCores()
+	require.Equal(t, 1, runtime.GOMAXPROCS(0))
+
+	runtime.GOMAXPROCS(4)
+	require.False(t, widenCores(noEnv), "more than one P already")
+	require.Equal(t, 4, runtime.GOMAXPROCS(0))
+}
+
 // tcpConn names a transport per rank, as the host backend does.
 type tcpConn []string
 
@@ -48,4 +76,12 @@ func TestAllTCP(t *testing.T) {
 	require.False(t, allTCP(tcpConn{"self", "tcp", "shm"}, 0, 3))
 	require.False(t, allTCP(tcpConn{"self"}, 0, 1), "one rank")
 	require.False(t, allTCP(struct{}{}, 0, 2), "a backend that names no transport")
+}
+
+// TestAnyIPC: a rank with a peer on the CUDA IPC path is widened.
+func TestAnyIPC(t *testing.T) {
+	require.True(t, anyIPC(tcpConn{"nccl", "self", "cuda-ipc"}, 1, 3))
+	require.False(t, anyIPC(tcpConn{"nccl", "self", "nccl"}, 1, 3))
+	require.False(t, anyIPC(tcpConn{"cuda-ipc", "self"}, 0, 2), "its own rank is not a peer")
+	require.False(t, anyIPC(struct{}{}, 0, 2), "a backend that names no transport")
 }
