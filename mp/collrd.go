@@ -103,19 +103,25 @@ func (c *Comm) allgatherRD(send, recv backend.Buffer) error {
 }
 
 // allgatherRDv is Allgather of the blocks l (rank k's send is block k of
-// recv) by recursive doubling, for a power of two of ranks: at the step
-// of bit m, each rank holds the blocks of the 2^m ranks of its aligned
-// group and exchanges them with the rank whose number differs in bit m,
-// so every message is one contiguous part of recv.
+// recv) by recursive doubling (rdGather), for a power of two of ranks.
 func (c *Comm) allgatherRDv(send, recv backend.Buffer, l blocks) error {
-	p, r := c.size, c.rank
-	if err := c.copyBuf(l.block(recv, r), send); err != nil {
+	if err := c.copyBuf(l.block(recv, c.rank), send); err != nil {
 		return err
 	}
+	return c.rdGather(recv, l)
+}
+
+// rdGather spreads each rank's block of work (rank k holds block k) to
+// every rank by recursive doubling, for a power of two of ranks: at the
+// step of bit m, each rank holds the blocks of the 2^m ranks of its
+// aligned group and exchanges them with the rank whose number differs in
+// bit m, so every message is one contiguous part of work.
+func (c *Comm) rdGather(work backend.Buffer, l blocks) error {
+	p, r := c.size, c.rank
 	for mask := 1; mask < p; mask <<= 1 {
 		peer := r ^ mask
 		mine, theirs := r&^(mask-1), peer&^(mask-1)
-		if _, err := c.exchange(sub(recv, l.start(mine), l.span(mine, mask)), peer, sub(recv, l.start(theirs), l.span(theirs, mask)), peer); err != nil {
+		if _, err := c.exchange(sub(work, l.start(mine), l.span(mine, mask)), peer, sub(work, l.start(theirs), l.span(theirs, mask)), peer); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,12 @@ func Combine(dst, a, b backend.Buffer, op backend.ReduceOp) {
 	if dst.Count == 0 {
 		return
 	}
+	if k := vector(dst, a, b, op); k > 0 {
+		if k == dst.Count {
+			return
+		}
+		dst, a, b = after(dst, k), after(a, k), after(b, k)
+	}
 	switch dst.Type {
 	case backend.Int8:
 		nums(view[int8](dst), view[int8](a), view[int8](b), op)
@@ -49,6 +55,13 @@ func Combine(dst, a, b backend.Buffer, op backend.ReduceOp) {
 	case backend.Complex128:
 		complexes(view[complex128](dst), view[complex128](a), view[complex128](b), op)
 	}
+}
+
+// after is b past its first k elements.
+func after(b backend.Buffer, k int64) backend.Buffer {
+	b.Ptr = unsafe.Add(b.Ptr, k*int64(b.Type.Size()))
+	b.Count -= k
+	return b
 }
 
 // view is host buffer b as a slice of T.

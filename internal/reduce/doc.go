@@ -13,6 +13,8 @@
 //
 // Files:
 //
-//	combine.go  Combine and the typed kernels
-//	half.go     Float16 and BFloat16 to and from float32
+//	combine.go        Combine and the typed kernels
+//	half.go           Float16 and BFloat16 to and from float32
+//	vector_amd64.go   the AVX2 kernels' table (vector_amd64.s), used where the CPU has them
+//	vector_other.go   no vector kernels elsewhere
 package reduce
