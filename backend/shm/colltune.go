@@ -62,11 +62,16 @@ func rowFor(t []collPoint, size int) (int64, bool) {
 // many calls with parts of more than collInline bytes a writer may run
 // ahead of its readers (Coll's doc), as buffered messages let a loop of
 // Bcasts or Reduces overlap; collHeads, how many calls with smaller parts
-// (a head line each).
+// (a head line each). 256 heads, not 64: on 4 ranks over 2 cores an
+// 8-byte Bcast's root ran into its slowest reader, descheduled, every 64
+// calls (0.40-0.69 µs a call with 64, 0.24-0.38 with 256, vader
+// 0.33-0.59 in the same runs; docs/benchmarks.md, "Vector kernels for the
+// reductions, 256 heads"); on 2 ranks the two are level within the
+// machine's spread.
 const (
 	collSlot  = 64 << 10
 	collSlots = 8
-	collHeads = 64
+	collHeads = 256
 )
 
 // anyRanks is the rank count of a table's last row.
