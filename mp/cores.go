@@ -23,11 +23,11 @@ import (
 // call the CUDA driver, whose calls can keep the thread that makes them,
 // and with one P every other goroutine of the rank waits for the
 // runtime to take the P back from that thread. A pair of ranks bound to
-// one core each (mpirun's default, so GOMAXPROCS=1) streamed 2 MiB
-// messages at 28-30 GB/s, and at 204-225 GB/s with GOMAXPROCS=2 on the
-// same cores (docs/benchmarks.md, "A second run: the build without
-// allocations"). So a rank with a peer on the IPC path and one P is
-// raised to 2.
+// one core each (mpirun's default, so GOMAXPROCS=1) on an H100 streamed
+// 2 MiB messages at 27 GB/s with one P and 267 with two, and a message of
+// 8 bytes took 161.6 µs one way against 152.2 (the C floor: 147.4;
+// docs/benchmarks.md, "The CUDA IPC path: a second P for a bound rank").
+// So a rank with a peer on the IPC path and one P is raised to 2.
 //
 // The user's GOMAXPROCS in the environment stands. The Close of the last
 // communicator that changed it puts the old value back.
