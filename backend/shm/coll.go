@@ -2,6 +2,7 @@ package shm
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,11 +211,22 @@ func (c *Coll) ready(co *backend.Coll) error {
 // co. Field by field: the request is reused, and its atomic word is
 // stored only when it changes.
 func (c *Coll) restart(r *collReq, co backend.Coll) {
+	drainWatchers(r)
 	c.seq++
 	r.c, r.co, r.k, r.desc = c, co, c.seq, collDesc(&co)
 	r.phase, r.err = phaseWrite, nil
 	if r.waitFor.Load() != 0 {
 		r.waitFor.Store(0)
+	}
+}
+
+// drainWatchers waits until no goroutine that Done started for r's last
+// use still looks at r (a plain load when none was started: the
+// collectives package mp runs never ask for Done). Such a goroutine ends
+// as soon as it has the mutex, r's use having completed.
+func drainWatchers(r *collReq) {
+	for r.watchers.Load() != 0 {
+		runtime.Gosched()
 	}
 }
 
@@ -331,6 +343,10 @@ type collReq struct {
 	phase   uint8
 	quiet   bool         // RunCollective's, not handed back: no other goroutine sees it
 	waitFor atomic.Int32 // 1 + the rank it waits for (0: none yet); read by Pending from any goroutine
+	// watchers counts the goroutines Done started that have not
+	// returned: they read the request under c.mu, which a restart does
+	// not take, so a restart waits for them (drainWatchers).
+	watchers atomic.Int32
 
 	// Under c.infoMu:
 	busy     bool // handed out and not yet released
@@ -401,7 +417,9 @@ func (r *collReq) Done() <-chan struct{} {
 			close(r.doneCh)
 		} else {
 			k := r.k
+			r.watchers.Add(1)
 			go func() {
+				defer r.watchers.Add(-1) // after the unlock: its last look at r
 				c.mu.Lock()
 				defer c.mu.Unlock()
 				if r.k == k && r.phase != phaseDone {

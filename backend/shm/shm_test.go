@@ -614,3 +614,35 @@ func TestFailedPullLosesPeer(t *testing.T) {
 	}
 	require.ErrorIs(t, err, backend.ErrPeerLost, "rank 0 is not marked lost")
 }
+
+// TestCollDoneThenNext: a request's Done starts a goroutine that looks at
+// the request under the mutex; the next collective, started once the
+// request is waited for and released, must not rewrite the request under
+// that goroutine (go test -race found it, with Done asked right before
+// Wait, when the goroutine got the mutex only after Wait had finished).
+func TestCollDoneThenNext(t *testing.T) {
+	_, h := pair(t)
+	var wg sync.WaitGroup
+	for rank := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := h[rank].Coll()
+			for i := range 200 {
+				r, err := c.Collective(backend.Coll{Kind: backend.Barrier})
+				if err != nil {
+					t.Errorf("rank %d, call %d: %v", rank, i, err)
+					return
+				}
+				done := r.Done()
+				if _, err := r.Wait(10 * time.Second); err != nil {
+					t.Errorf("rank %d, call %d: %v", rank, i, err)
+					return
+				}
+				<-done
+				r.Release()
+			}
+		}()
+	}
+	wg.Wait()
+}
