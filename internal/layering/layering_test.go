@@ -131,6 +131,7 @@ var external = map[string][]string{
 	"backend/shm":          {"golang.org/x/sys"}, // the socket's peer credentials
 	"backend/tcp":          {"golang.org/x/sys"}, // waiters read the socket without blocking
 	"internal/launch":      {"golang.org/x/sys"}, // pidfds: the order in which ranks die
+	"internal/reduce":      {"golang.org/x/sys"}, // cpu: whether the AVX2 kernels may run
 	"internal/bench/chart": {"gonum.org/v1/plot"},
 	"cmd/courier":          {"golang.org/x/sys"}, // is standard error a terminal
 }
