@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -375,4 +376,67 @@ func ownConn(nc net.Conn) net.Conn {
 		}
 	}
 	return nc
+}
+
+// readySet is how a communicator's waiters find which of its links have
+// something to read in one system call: ppoll(2) over their descriptors
+// with a zero timeout. Without it a waiter's every poll reads each link's
+// socket in turn, one read(2) each, most of which find nothing; with
+// eight ranks that was seven system calls a poll, each taking the
+// socket's lock, before the one link a reply comes on was looked at.
+type readySet struct {
+	mu  sync.Mutex    // one poller at a time uses fds (the others read every link)
+	fds []unix.PollFd // one per link, in the poller's order
+}
+
+// readyMin is the fewest links for which a readySet pays: with one, a
+// read that finds nothing costs what ppoll does.
+const readyMin = 2
+
+// newReadySet returns the ready set of links, or nil when there are too
+// few or one of them is not on a descriptor of its own (fdConn).
+func newReadySet(links []*link) *readySet {
+	if len(links) < readyMin {
+		return nil
+	}
+	s := &readySet{fds: make([]unix.PollFd, len(links))}
+	for i, l := range links {
+		c, ok := l.nc.(*fdConn)
+		if !ok {
+			return nil
+		}
+		s.fds[i] = unix.PollFd{Fd: int32(c.fd), Events: unix.POLLIN}
+	}
+	return s
+}
+
+// poll runs link.poll for the links whose socket has something to read
+// (or has ended, or failed), and the queued writer jobs of the others,
+// and reports whether it did anything; ok is false when another goroutine
+// holds the set, or ppoll failed: the caller then polls every link. A
+// descriptor already closed (the link ended) shows as ready, and its
+// link's poll, which reads through the connection, finds it closed.
+func (s *readySet) poll(links []*link) (did, ok bool) {
+	if !s.mu.TryLock() {
+		return false, false
+	}
+	defer s.mu.Unlock()
+	var ts unix.Timespec
+	_, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.fds[0])), uintptr(len(s.fds)),
+		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	if errno != 0 {
+		return false, false
+	}
+	for i, l := range links {
+		if s.fds[i].Revents != 0 {
+			if l.poll() {
+				did = true
+			}
+		} else if l.qlen.Load() > 0 {
+			if ran, _ := l.work(true); ran {
+				did = true
+			}
+		}
+	}
+	return did, true
 }

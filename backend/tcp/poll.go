@@ -14,6 +14,7 @@ import (
 // goroutine, whose wake-up and hand-off cost tens of microseconds.
 type poller struct {
 	links    []*link
+	ready    *readySet    // finds the links to read in one system call (nil: read each)
 	spinners atomic.Int32 // goroutines between SpinStart and SpinEnd
 }
 
@@ -32,12 +33,18 @@ func newPoller(links []*link) *poller {
 	if len(p.links) == 0 {
 		return nil
 	}
+	p.ready = newReadySet(p.links)
 	return p
 }
 
 // Poll implements engine.Poller: each link hands the engine what its
 // socket holds now, unless another goroutine is reading it.
 func (p *poller) Poll() bool {
+	if p.ready != nil {
+		if did, ok := p.ready.poll(p.links); ok {
+			return did
+		}
+	}
 	did := false
 	for _, l := range p.links {
 		if l.poll() {

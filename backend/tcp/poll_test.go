@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -210,5 +211,107 @@ func TestLoopbackWaiterAndReaderKeepOrder(t *testing.T) {
 		if taken[0] == 0 || taken[1] == 0 {
 			t.Errorf("rank %d: the reader goroutine took %d steps and waiters %d: the test did not exercise both", i, taken[0], taken[1])
 		}
+	}
+}
+
+// loopbackN connects n ranks over real loopback TCP, every pair.
+func loopbackN(t *testing.T, n int) []backend.Conn {
+	t.Helper()
+	conns := make([][]net.Conn, n)
+	for i := range conns {
+		conns[i] = make([]net.Conn, n)
+	}
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			acc := make(chan net.Conn, 1)
+			go func() {
+				c, _ := ln.Accept()
+				acc <- c
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			conns[j][i], conns[i][j] = c, <-acc
+			ln.Close()
+			require.NotNil(t, conns[i][j])
+		}
+	}
+	out := make([]backend.Conn, n)
+	var err error
+	for i := range out {
+		out[i], err = New(context.Background(), Options{Rank: i, Size: n, Conns: conns[i], Linger: time.Second})
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, c := range out {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Close() }()
+		}
+		wg.Wait()
+	})
+	return out
+}
+
+// TestPollReadySet: with three ranks each rank's waiters find the links
+// to read with one ppoll (on Linux), and messages from both peers, small
+// and large, to named and wildcard receives, arrive whole and in order
+// while the third rank stays silent or talks too.
+func TestPollReadySet(t *testing.T) {
+	conns := loopbackN(t, 3)
+	if runtime.GOOS == "linux" {
+		for i, c := range conns {
+			l, ok := c.(*engine.Engine).Link((i + 1) % 3).(*link)
+			require.True(t, ok, "rank %d", i)
+			require.NotNil(t, l.poller, "rank %d polls no link", i)
+			require.NotNil(t, l.poller.ready, "rank %d has no ready set", i)
+			require.Len(t, l.poller.ready.fds, 2)
+		}
+	}
+	const rounds = 100
+	sizes := []int{8, 4 << 10, 300 << 10} // eager, and past the eager limit
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for from := 1; from <= 2; from++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				b := make([]byte, sizes[i%len(sizes)])
+				pattern(b, from, i)
+				r, err := conns[from].Isend(backend.Buffer{Ptr: unsafePointer(b), Count: int64(len(b)), Type: backend.Uint8}, 0, from, 0)
+				if err == nil {
+					_, err = r.Wait(20 * time.Second)
+					r.Release()
+				}
+				if err != nil {
+					errs <- fmt.Errorf("rank %d, message %d: %w", from, i, err)
+					return
+				}
+			}
+		}()
+	}
+	got := [3]int{}
+	for k := range 2 * rounds {
+		src := 1 + k%2
+		if k%3 == 0 {
+			src = backend.AnySource
+		}
+		b := make([]byte, 300<<10)
+		r, err := conns[0].Irecv(backend.Buffer{Ptr: unsafePointer(b), Count: int64(len(b)), Type: backend.Uint8}, src, backend.AnyTag, 0)
+		require.NoError(t, err)
+		st, err := r.Wait(20 * time.Second)
+		r.Release()
+		require.NoError(t, err, "receive %d", k)
+		i := got[st.Source]
+		require.Equal(t, int64(sizes[i%len(sizes)]), st.Count, "message %d from rank %d", i, st.Source)
+		require.NoError(t, checkPattern(b[:st.Count], st.Source, i), "message %d from rank %d", i, st.Source)
+		got[st.Source]++
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
