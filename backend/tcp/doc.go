@@ -21,6 +21,7 @@
 //	peer.go       one TCP link: its goroutines, sending, the end of the connection
 //	read.go       the frame parser that the reader goroutine and waiters share, partial frames kept
 //	poll.go       the engine.Poller: a waiting goroutine reads the socket itself
+//	fdconn_*.go   a link's socket off the runtime's netpoller, and the one ppoll that finds the links to read (Linux)
 //	write.go      the writer jobs (CTS, DATA, BYE) and who runs them
 //	sysio_*.go    the non-blocking reads and the byte count behind poll.go, per system
 //	usertimeout_*.go  TCP_USER_TIMEOUT: a partition ends the link within a bound (Linux)
