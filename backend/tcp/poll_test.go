@@ -51,14 +51,7 @@ func loopbackWith(t testing.TB, o Options) []backend.Conn {
 	for i, c := range out {
 		require.NotEmpty(t, c.(*engine.Engine).Transport(1-i))
 	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, c := range out {
-			wg.Add(1)
-			go func() { defer wg.Done(); c.Close() }()
-		}
-		wg.Wait()
-	})
+	closeAtCleanup(t, out)
 	return out
 }
 
@@ -243,14 +236,7 @@ func loopbackN(t *testing.T, n int) []backend.Conn {
 		out[i], err = New(context.Background(), Options{Rank: i, Size: n, Conns: conns[i], Linger: time.Second})
 		require.NoError(t, err)
 	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, c := range out {
-			wg.Add(1)
-			go func() { defer wg.Done(); c.Close() }()
-		}
-		wg.Wait()
-	})
+	closeAtCleanup(t, out)
 	return out
 }
 

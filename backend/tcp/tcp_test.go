@@ -34,14 +34,7 @@ func mesh(t *testing.T, n int, check bool) []backend.Conn {
 		require.NoError(t, err)
 		out[i] = c
 	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, c := range out {
-			wg.Add(1)
-			go func() { defer wg.Done(); c.Close() }()
-		}
-		wg.Wait()
-	})
+	closeAtCleanup(t, out)
 	return out
 }
 
@@ -365,4 +358,17 @@ func TestPipeWildcardReportsLossOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.Source)
 	second.Release()
+}
+
+// closeAtCleanup closes the ranks' communicators at the test's end, all
+// at once (each Close waits for the others' goodbyes).
+func closeAtCleanup(t testing.TB, out []backend.Conn) {
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, c := range out {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Close() }()
+		}
+		wg.Wait()
+	})
 }
