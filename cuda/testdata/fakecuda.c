@@ -823,7 +823,16 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
 	LOCK();
 	struct alloc *a = find((uintptr_t)p, 1, cur()->dev);
 	if (a == NULL || a->start != (uintptr_t)p || a->opened) RETURN(E_INVALID_VALUE);
-	struct fake_ipc f = {{'F', 'A', 'K', 'E', 'I', 'P', 'C', '1'}, (int32_t)getpid(), a->fd, a->bytes, a->dev};
+	// Field by field into zeroed memory: an initializer leaves the
+	// struct's tail padding as the stack had it, and a handle is compared
+	// as 64 bytes (two handles of one allocation must be equal).
+	struct fake_ipc f;
+	memset(&f, 0, sizeof f);
+	memcpy(f.magic, "FAKEIPC1", sizeof f.magic);
+	f.pid = (int32_t)getpid();
+	f.fd = a->fd;
+	f.bytes = a->bytes;
+	f.dev = a->dev;
 	memset(h, 0, sizeof *h);
 	memcpy(h, &f, sizeof f);
 	RETURN(OK);
