@@ -458,13 +458,9 @@ courier_status courier_ipc_close_mem_handle(const courier_cuda *c, uintptr_t ctx
 	COURIER_CTX_CALL(c, ctx, c->cuIpcCloseMemHandle((CUdeviceptr)p))
 }
 
-courier_mem_range_result courier_mem_range(const courier_cuda *c, uintptr_t ctx, uint64_t p) {
-	courier_mem_range_result r = {0};
-	r.st = courier_mem_get_address_range(c, ctx, p, &r.base, &r.bytes);
-	return r;
-}
-
-courier_status courier_mem_get_address_range(const courier_cuda *c, uintptr_t ctx, uint64_t p, uint64_t *base, uint64_t *bytes) {
+// mem_get_address_range: the allocation holding p (its base and size);
+// courier_mem_range returns its results by value.
+static courier_status mem_get_address_range(const courier_cuda *c, uintptr_t ctx, uint64_t p, uint64_t *base, uint64_t *bytes) {
 	if (c->cuMemGetAddressRange == NULL) return courier_plain(COURIER_CUDA_NOT_SUPPORTED);
 	CUdeviceptr b = 0;
 	size_t n = 0;
@@ -473,4 +469,10 @@ courier_status courier_mem_get_address_range(const courier_cuda *c, uintptr_t ct
 	*base = (uint64_t)b;
 	*bytes = (uint64_t)n;
 	COURIER_POP(c)
+}
+
+courier_mem_range_result courier_mem_range(const courier_cuda *c, uintptr_t ctx, uint64_t p) {
+	courier_mem_range_result r = {0};
+	r.st = mem_get_address_range(c, ctx, p, &r.base, &r.bytes);
+	return r;
 }

@@ -128,9 +128,7 @@ courier_status courier_launch(const courier_cuda *c, uintptr_t ctx, uintptr_t f,
 courier_status courier_ipc_get_mem_handle(const courier_cuda *c, uintptr_t ctx, uint64_t p, void *handle);
 courier_status courier_ipc_open_mem_handle(const courier_cuda *c, uintptr_t ctx, const void *handle, uint64_t *p);
 courier_status courier_ipc_close_mem_handle(const courier_cuda *c, uintptr_t ctx, uint64_t p);
-// courier_mem_get_address_range: the allocation holding p (its base and size).
-courier_status courier_mem_get_address_range(const courier_cuda *c, uintptr_t ctx, uint64_t p, uint64_t *base, uint64_t *bytes);
-// courier_mem_range is courier_mem_get_address_range with its results
+// courier_mem_range: the allocation holding p (its base and size),
 // returned by value: a caller in Go passes no pointer to its own memory,
 // which would move its variables to the heap on every call (the CUDA IPC
 // path asks once a message).

@@ -38,11 +38,12 @@ var cores struct {
 	prev int // GOMAXPROCS before the first of them
 }
 
-// setCores sets GOMAXPROCS to want when from(the current value) says so,
-// unless the environment sets GOMAXPROCS (getenv reads it) or another
-// open communicator set another value, and reports whether it did (or
-// found it set to want by one): the caller then owes one releaseCores.
-func setCores(want int, from func(cur int) bool, getenv func(string) string) bool {
+// setCores sets GOMAXPROCS to want (only from the value from, unless
+// from is 0), unless the environment sets GOMAXPROCS (getenv reads it) or
+// another open communicator set another value, and reports whether it
+// did (or found it set to want by one): the caller then owes one
+// releaseCores.
+func setCores(want, from int, getenv func(string) string) bool {
 	if getenv("GOMAXPROCS") != "" {
 		return false
 	}
@@ -54,7 +55,7 @@ func setCores(want int, from func(cur int) bool, getenv func(string) string) boo
 		}
 	} else {
 		cur := runtime.GOMAXPROCS(0)
-		if cur == want || !from(cur) {
+		if cur == want || from != 0 && cur != from {
 			return false
 		}
 		cores.prev = runtime.GOMAXPROCS(want)
@@ -71,13 +72,13 @@ func shareCores(localSize int, getenv func(string) string) bool {
 	if localSize < 2 || localSize < runtime.NumCPU() {
 		return false
 	}
-	return setCores(1, func(int) bool { return true }, getenv)
+	return setCores(1, 0, getenv)
 }
 
 // widenCores raises GOMAXPROCS from 1 to 2 (for the CUDA IPC path) and
 // reports whether it did; the caller then owes one releaseCores.
 func widenCores(getenv func(string) string) bool {
-	return setCores(2, func(cur int) bool { return cur == 1 }, getenv)
+	return setCores(2, 1, getenv)
 }
 
 // releaseCores undoes one shareCores or widenCores: the last one restores

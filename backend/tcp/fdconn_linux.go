@@ -410,9 +410,8 @@ func newReadySet(links []*link) *readySet {
 	return s
 }
 
-// poll runs link.poll for the links whose socket has something to read
-// (or has ended, or failed), and the queued writer jobs of the others,
-// and reports whether it did anything; ok is false when another goroutine
+// poll reads the links whose socket has something to read (or has
+// ended, or failed), runs every link's queued writer jobs, and reports whether it did anything; ok is false when another goroutine
 // holds the set, or ppoll failed: the caller then polls every link. A
 // descriptor already closed (the link ended) shows as ready, and its
 // link's poll, which reads through the connection, finds it closed.
@@ -428,14 +427,11 @@ func (s *readySet) poll(links []*link) (did, ok bool) {
 		return false, false
 	}
 	for i, l := range links {
-		if s.fds[i].Revents != 0 {
-			if l.poll() {
-				did = true
-			}
-		} else if l.qlen.Load() > 0 {
-			if ran, _ := l.work(true); ran {
-				did = true
-			}
+		if s.fds[i].Revents != 0 && l.pollRead() {
+			did = true
+		}
+		if l.pollWrite() {
+			did = true
 		}
 	}
 	return did, true

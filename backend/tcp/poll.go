@@ -110,21 +110,33 @@ func (p *poller) SpinEnd(parking bool) {
 // is left to the reader goroutine to report; a corrupt stream is closed
 // here so that it wakes.
 func (l *link) poll() bool {
-	did := false
-	if !l.rdDone.Load() && l.rmu.TryLock() {
-		var err error
-		did, err = l.rd.drain(l.p, true)
-		l.rmu.Unlock()
-		if untrusted(err) {
-			l.nc.Close()
-		}
-	}
-	if l.qlen.Load() > 0 {
-		if ran, _ := l.work(true); ran {
-			did = true
-		}
+	did := l.pollRead()
+	if l.pollWrite() {
+		did = true
 	}
 	return did
+}
+
+// pollRead is poll's reading half.
+func (l *link) pollRead() bool {
+	if l.rdDone.Load() || !l.rmu.TryLock() {
+		return false
+	}
+	did, err := l.rd.drain(l.p, true)
+	l.rmu.Unlock()
+	if untrusted(err) {
+		l.nc.Close()
+	}
+	return did
+}
+
+// pollWrite is poll's writing half: the queued writer jobs a waiter runs.
+func (l *link) pollWrite() bool {
+	if l.qlen.Load() == 0 {
+		return false
+	}
+	ran, _ := l.work(true)
+	return ran
 }
 
 // untrusted reports whether err says the stream from the peer cannot be

@@ -95,7 +95,8 @@ var vectors = cpu.X86.HasAVX2
 type kernel func(dst, a, b unsafe.Pointer, n int)
 
 // kernels holds the vector kernel of each operator (by Sum, Prod, Min,
-// Max) for each element type, nil where there is none.
+// Max: the operators' order, from Sum) for each element type, nil where
+// there is none.
 var kernels = func() (k [backend.Complex128 + 1][4]kernel) {
 	set := func(t backend.DType, sum, prod, mn, mx kernel) { k[t] = [4]kernel{sum, prod, mn, mx} }
 	set(backend.Int8, add8, nil, minI8, maxI8)
@@ -114,23 +115,10 @@ var kernels = func() (k [backend.Complex128 + 1][4]kernel) {
 // vector combines the longest front of the buffers that is a multiple of
 // 32 bytes, where a kernel applies, and returns the elements it did.
 func vector(dst, a, b backend.Buffer, op backend.ReduceOp) int64 {
-	if !vectors || int(dst.Type) >= len(kernels) {
+	if !vectors || int(dst.Type) >= len(kernels) || !op.Valid() {
 		return 0
 	}
-	var i int
-	switch op {
-	case backend.Sum:
-		i = 0
-	case backend.Prod:
-		i = 1
-	case backend.Min:
-		i = 2
-	case backend.Max:
-		i = 3
-	default:
-		return 0
-	}
-	k := kernels[dst.Type][i]
+	k := kernels[dst.Type][op-backend.Sum]
 	n := dst.Len() &^ 31
 	if k == nil || n == 0 {
 		return 0
