@@ -85,14 +85,16 @@ func bytesOf(b *[envSize]byte) backend.Buffer {
 
 // control is the host connection to the other ranks.
 type control struct {
-	tc   backend.Conn
-	spin spinner // tc, where it can be polled (spinUntil); else nil
+	tc     backend.Conn
+	spin   spinner        // tc, where it can be polled (spinUntil); else nil
+	sender backend.Sender // tc, where it sends a small message in one call; else nil
 }
 
 // newControl wraps tc, a tcp communicator.
 func newControl(tc backend.Conn) *control {
 	k := &control{tc: tc}
 	k.spin, _ = tc.(spinner)
+	k.sender, _ = tc.(backend.Sender)
 	return k
 }
 
@@ -140,8 +142,15 @@ func (k *control) sendEnvelope(to int, e *envelope, buf *[envSize]byte) error {
 }
 
 // send sends b to rank to with tag on the host connection and returns
-// once it is sent (b may be reused then).
+// once it is sent (b may be reused then): in one call where the
+// connection takes the message whole (backend.Sender: an envelope, a
+// DESC, a DONE), without a request to complete, wait for and release.
 func (k *control) send(b backend.Buffer, to, tag int, caller uintptr) error {
+	if k.sender != nil {
+		if handled, err := k.sender.Send(b, to, tag, caller); handled {
+			return err
+		}
+	}
 	r, err := k.tc.Isend(b, to, tag, caller)
 	if err != nil {
 		return err
@@ -161,15 +170,6 @@ func (k *control) recv(b backend.Buffer, from, tag int) (backend.Status, error) 
 	st, err := r.Wait(0)
 	r.Release()
 	return st, err
-}
-
-// parker is a request of the host connection's engine that can be waited
-// for without spinning (engine's WaitParked): the IPC path's reading
-// stages sleep in theirs (ipcRead), since the goroutines that wait for the
-// path's requests poll the host connection, and spinners side by side
-// only take turns on the rank's cores.
-type parker interface {
-	WaitParked(timeout time.Duration) (backend.Status, error)
 }
 
 // read is the goroutine that listens to rank p: it hands each envelope to

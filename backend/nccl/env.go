@@ -26,9 +26,9 @@ const (
 	// that a group is done by querying a CUDA event recorded after it,
 	// instead of by reading the word its channel's stream writes into
 	// page-locked memory after it (the default where the driver can write
-	// one: a memory load instead of a driver call per poll). For
-	// comparisons; anything but 0, 1 or unset makes Open fail with
-	// ErrInvalid.
+	// one: a memory load instead of a driver call per poll); the same for
+	// the CUDA IPC path's batches of copies. For comparisons; anything but
+	// 0, 1 or unset makes Open fail with ErrInvalid.
 	EventsEnv = "COURIER_NCCL_EVENTS"
 	// SharedStreamEnv names the variable that, set to 0, keeps each
 	// direction between two ranks on a CUDA stream of its own. By default

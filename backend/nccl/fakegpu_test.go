@@ -100,6 +100,9 @@ func TestFakeGPU(t *testing.T) {
 		{"^TestFakeGPUChild", conformance, second},
 		{"^TestFakeGPUChild(Device|Allocs)$", "", third},
 		{"^TestFakeGPUChildIPC", "", shared},
+		// The IPC path's marks as events: a driver without stream memory
+		// operations (the stream-ordered operations need them).
+		{"^TestFakeGPUChildIPC", "Streams|PendingCopy", config{device: "0", noMemOps: "1"}},
 	}
 	if testscope.Full() {
 		// The short form has the suite over the IPC path on the fake
@@ -182,6 +185,14 @@ func testJobs(t *testing.T, n int) []bootstrap.Job {
 // the real driver, through a real bootstrap exchange.
 func realJob(t *testing.T, n int, check bool) []*conn {
 	t.Helper()
+	return driverJob(t, n, Driver{}, check)
+}
+
+// driverJob opens the communicators of an n-rank job in this process with
+// driver d (Driver or fakeDriver), through a real bootstrap exchange, and
+// closes them when the test ends.
+func driverJob(t *testing.T, n int, d backend.Driver, check bool) []*conn {
+	t.Helper()
 	cs := make([]*conn, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -194,7 +205,7 @@ func realJob(t *testing.T, n int, check bool) []*conn {
 				return
 			}
 			defer ex.Close()
-			bc, err := Driver{}.Open(ctx, backend.Config{Job: jobOf(job), Exchange: ex, Check: check, Timeout: 5 * time.Second, Env: os.Getenv})
+			bc, err := d.Open(ctx, backend.Config{Job: jobOf(job), Exchange: ex, Check: check, Timeout: 5 * time.Second, Env: os.Getenv})
 			if err != nil {
 				t.Errorf("rank %d: Open: %v", r, err)
 				return

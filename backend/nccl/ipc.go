@@ -297,8 +297,9 @@ type ipcPath struct {
 	stopWatch, endShare func()
 	// pumpers counts the goroutines waiting for the path's requests,
 	// which run its stages (pumpIPC): while there are any, work for the
-	// sending and copying stages wakes no goroutine (wake), and the last
-	// to stop wakes those whose stage has work left (unpump).
+	// sending and copying stages and arrivals for the reading ones wake
+	// no goroutine (wake, ipcReader.arrive), and the last to stop wakes
+	// those whose stage has work left (unpump).
 	pumpers atomic.Int32
 }
 
@@ -333,6 +334,11 @@ func (p *ipcPath) unpump() {
 		if ip.matched.Load() {
 			wakeUp(ip.copyWake)
 		}
+		for _, rd := range [...]*ipcReader{&ip.desc, &ip.done} {
+			if rd.arrived.Load() {
+				wakeUp(rd.wake)
+			}
+		}
 	}
 }
 
@@ -356,8 +362,16 @@ func newIPCPath(mem ipcMem, on []bool) *ipcPath {
 			sendWake: make(chan struct{}, 1),
 			copyWake: make(chan struct{}, 1),
 		}
-		ip.desc = ipcReader{tag: ipcDescTag, buf: make([]byte, ipcDescSize+ipcInline)}
-		ip.done = ipcReader{tag: ipcDoneTag, buf: make([]byte, ipcDoneSize)}
+		ip.desc = ipcReader{tag: ipcDescTag, buf: make([]byte, ipcDescSize+ipcInline), wake: make(chan struct{}, 1)}
+		ip.done = ipcReader{tag: ipcDoneTag, buf: make([]byte, ipcDoneSize), wake: make(chan struct{}, 1)}
+		for _, rd := range [...]*ipcReader{&ip.desc, &ip.done} {
+			rd.arrive = func() {
+				rd.arrived.Store(true)
+				if p.pumpers.Load() == 0 {
+					wakeUp(rd.wake)
+				}
+			}
+		}
 		p.peers[k] = ip
 	}
 	return p
@@ -586,23 +600,44 @@ func (c *conn) waitIPC(ch chan struct{}) bool {
 // ipcReader is one stage that reads the host connection (the DESCs or the
 // DONEs of a peer): one receive stays posted for the next message, and
 // whoever holds mu takes what it received and posts the next.
+//
+// The stage's goroutine sleeps on wake, not on the receive: an arrival
+// wakes it only while no goroutine waiting for the path's requests runs
+// the stages (pumpIPC), which take the arrival themselves. A goroutine
+// woken for every arrival, in a rank that mpirun binds to one core, takes
+// the core from the very waiter that takes the arrival, on the message's
+// way.
 type ipcReader struct {
 	mu  sync.Mutex
 	tag int
 	buf []byte
 	// r is the receive posted for the next message (nil before the first
 	// step, and once the stream ended).
-	r backend.Request
-	// parked is the receive the stage's goroutine sleeps on, which only
-	// it may release: a waiter that takes it first sets parkedDone
-	// instead.
-	parked     backend.Request
-	parkedDone bool
-	ended      bool
+	r     backend.Request
+	ended bool
+	// arrived is set when r completes (arrive, its Notify) and cleared
+	// when r is taken; the last pumper out looks at it (unpump).
+	arrived atomic.Bool
+	// wake rouses the stage's goroutine (capacity 1); wakes counts the
+	// times it was roused (for the tests).
+	wake  chan struct{}
+	wakes atomic.Int64
+	// arrive is what r's completion calls: the store of arrived comes
+	// before the load of the pumpers' count, and unpump's store of the
+	// count before its load of arrived, so one of the two wakes the
+	// goroutine for an arrival that no pumper took.
+	arrive func()
+	// unnotified is set when the host connection's receives cannot call
+	// arrive (no Notify): the goroutine then looks every millisecond.
+	unnotified bool
 	// take handles one message (or the error that ends the stream) and
 	// reports whether the stream ended; under mu.
 	take func(st backend.Status, err error) bool
 }
+
+// notifier is a request of the host connection's engine that calls a
+// function when it completes (engine's Notify).
+type notifier interface{ Notify(f func()) }
 
 // completed is what a host connection's request offers to look at its
 // state without polling (engine's Completed).
@@ -627,51 +662,52 @@ func (c *conn) readStep(rd *ipcReader, peer int) bool {
 			r, err := c.ctl.tc.Irecv(hostBytes(rd.buf), peer, rd.tag, 0)
 			if err != nil {
 				rd.ended = rd.take(backend.Status{}, err)
+				wakeUp(rd.wake) // to see the end
 				return true
 			}
 			rd.r = r
+			if n, ok := r.(notifier); ok {
+				n.Notify(rd.arrive)
+			} else {
+				rd.unnotified = true
+			}
 		}
 		if !isComplete(rd.r) {
 			return did
 		}
+		rd.arrived.Store(false)
 		st, err := rd.r.Wait(0)
-		if rd.r == rd.parked {
-			rd.parkedDone = true
-		} else {
-			rd.r.Release()
-		}
+		rd.r.Release()
 		rd.r = nil
 		did = true
-		rd.ended = rd.take(st, err)
+		if rd.ended = rd.take(st, err); rd.ended {
+			wakeUp(rd.wake) // to see the end
+		}
 	}
 	return did
 }
 
 // ipcRead is the goroutine of a reading stage: it runs the stage, then
-// sleeps on the receive posted, until the stream ends.
+// sleeps until woken (arrive, unpump), until the stream ends.
 func (c *conn) ipcRead(rd *ipcReader, peer int) {
 	defer c.wg.Done()
 	for {
 		rd.mu.Lock()
 		c.readStep(rd, peer)
-		if rd.ended {
-			rd.mu.Unlock()
+		ended, polled := rd.ended, rd.unnotified
+		rd.mu.Unlock()
+		if ended {
 			return
 		}
-		r := rd.r
-		rd.parked, rd.parkedDone = r, false
-		rd.mu.Unlock()
-		if p, ok := r.(parker); ok {
-			p.WaitParked(0)
+		if polled {
+			select {
+			case <-rd.wake:
+			case <-time.After(time.Millisecond):
+			}
 		} else {
-			r.Wait(0)
+			<-rd.wake
 		}
-		rd.mu.Lock()
-		if rd.parkedDone {
-			r.Release() // a waiter took it (readStep)
-		}
-		rd.parked, rd.parkedDone = nil, false
-		rd.mu.Unlock()
+		rd.wakes.Add(1)
 	}
 }
 

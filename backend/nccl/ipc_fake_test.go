@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"testing"
 
 	"github.com/courier-mp/courier/backend"
 	"github.com/courier-mp/courier/cuda"
@@ -82,3 +83,73 @@ func (m *hostIPC) close() error {
 }
 
 var errNoStreams = fmt.Errorf("%w: the fake engine has no CUDA streams", backend.ErrNotSupported)
+
+// TestIPCReadersSleepWhilePumped: in a ping-pong on the IPC path whose
+// ranks wait for every message, the waiters take the DESCs and DONEs as
+// they arrive, and the reading stages' goroutines sleep through it: an
+// arrival rouses its stage's goroutine only while no one waits (once a
+// message each before, which in a rank bound to one core took the core
+// from the waiter on the message's way). Messages above ipcInline, so
+// every one is copied and answered with a DONE.
+func TestIPCReadersSleepWhilePumped(t *testing.T) {
+	cs := driverJob(t, 2, fakeDriver{ipc: true}, false)
+	const n = 2000
+	size := ipcInline + 1
+	bufs := [2][]byte{make([]byte, size), make([]byte, size)}
+	woken := func() (k int64) {
+		for _, c := range cs {
+			for _, ip := range c.ipc.peers {
+				if ip != nil {
+					k += ip.desc.wakes.Load() + ip.done.wakes.Load()
+				}
+			}
+		}
+		return k
+	}
+	before := woken()
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() {
+			peer := 1 - r
+			buf := hostBuf(bufs[r])
+			for i := range n {
+				op := func(recv bool) error {
+					var q backend.Request
+					var err error
+					if recv {
+						q, err = c.Irecv(buf, peer, 5, 0)
+					} else {
+						bufs[r][i%size] = byte(i)
+						q, err = c.Isend(buf, peer, 5, 0)
+					}
+					if err != nil {
+						return err
+					}
+					st, err := q.Wait(0)
+					q.Release()
+					if err == nil && recv && (st.Count != int64(size) || bufs[r][i%size] != byte(i)) {
+						err = fmt.Errorf("message %d: status %+v, byte %d", i, st, bufs[r][i%size])
+					}
+					return err
+				}
+				first := r == 0
+				for _, recv := range []bool{!first, first} {
+					if err := op(recv); err != nil {
+						t.Errorf("rank %d: %v", r, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Each rank has a DESC and a DONE reader for the other: 4 goroutines,
+	// 2n arrivals on each side. Woken once an arrival, they would count
+	// 4n; a waiter between two messages (not yet pumping) lets a few
+	// through.
+	if got := woken() - before; got > n/2 {
+		t.Errorf("the reading stages' goroutines were woken %d times in %d round trips, want under %d", got, n, n/2)
+	} else {
+		t.Logf("woken %d times in %d round trips", got, n)
+	}
+}

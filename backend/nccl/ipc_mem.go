@@ -81,8 +81,23 @@ const ipcStageMin = 1 << 16
 // cudaIPC is ipcMem on the CUDA driver.
 type cudaIPC struct {
 	dev     cuda.Device
-	streams []*cuda.Stream  // by peer: the stream its copier copies on
-	marks   [][]*cuda.Event // by peer, ipcFlights each: recorded on its stream to see the copies done
+	streams []*cuda.Stream // by peer: the stream its copier copies on
+
+	// The marks: where the driver has stream memory operations, a word
+	// per peer in page-locked memory (tally) that its copy stream writes
+	// after each batch with the batch's number (tallied[peer], counted
+	// by the peer's copier; markWant[peer][k] is mark k's number), so
+	// that seeing a batch done is a load from memory, not a call into
+	// the driver, and setting a mark costs less than recording an event
+	// (docs/benchmarks.md, "Marks in page-locked memory"); elsewhere, and
+	// with EventsEnv=1, an event per flight (marks), recorded on the
+	// stream and queried.
+	tally    cuda.Pinned[uint64]
+	tallyAt  uintptr // tally's device address
+	tallied  []uint64
+	markWant [][]uint64
+	looks    []int           // by peer: marked's looks since it last asked the stream
+	marks    [][]*cuda.Event // by peer, ipcFlights each, without the words
 
 	mu    sync.Mutex
 	maps  []*ipcCache                  // by peer
@@ -107,8 +122,9 @@ type ipcMapping struct {
 }
 
 // newCudaIPC makes the IPC path's memory side on dev for the peers of on:
-// a copy stream for each.
-func newCudaIPC(dev cuda.Device, on []bool) (*cudaIPC, error) {
+// a copy stream for each, and its marks: words in page-locked memory
+// unless events is set or the driver cannot write them, events then.
+func newCudaIPC(dev cuda.Device, on []bool, events bool) (*cudaIPC, error) {
 	m := &cudaIPC{dev: dev, streams: make([]*cuda.Stream, len(on)), marks: make([][]*cuda.Event, len(on)), maps: make([]*ipcCache, len(on)), stage: map[int64][]cuda.Slice[byte]{}}
 	for p, yes := range on {
 		if !yes {
@@ -120,6 +136,16 @@ func newCudaIPC(dev cuda.Device, on []bool) (*cudaIPC, error) {
 			return nil, fmt.Errorf("nccl: creating the IPC path's copy stream on %v: %w", dev, err)
 		}
 		m.streams[p] = s
+		m.maps[p] = &ipcCache{byID: map[uint64]*list.Element{}}
+	}
+	if !events && m.useTally(on) {
+		return m, nil
+	}
+	for p, yes := range on {
+		if !yes {
+			continue
+		}
+		var err error
 		m.marks[p] = make([]*cuda.Event, ipcFlights)
 		for k := range m.marks[p] {
 			// No timing: cheaper to record and to query.
@@ -128,9 +154,43 @@ func newCudaIPC(dev cuda.Device, on []bool) (*cudaIPC, error) {
 				return nil, fmt.Errorf("nccl: creating the IPC path's copy events on %v: %w", dev, err)
 			}
 		}
-		m.maps[p] = &ipcCache{byID: map[uint64]*list.Element{}}
 	}
 	return m, nil
+}
+
+// useTally sets up the marks' words, and reports whether it could: the
+// page-locked words and a first write of each by its stream (the
+// driver's stream memory operations) must work. A failure leaves the
+// marks to events.
+func (m *cudaIPC) useTally(on []bool) bool {
+	w, err := cuda.HostAlloc[uint64](int64(len(on)))
+	if err != nil {
+		return false
+	}
+	at, err := w.DevicePtr()
+	if err == nil {
+		clear(w.Slice()) // page-locked memory comes as it was left
+		for p, yes := range on {
+			if yes && err == nil {
+				if err = m.streams[p].WriteValue64(at+uintptr(p)*8, 0); err == nil {
+					err = m.streams[p].Synchronize()
+				}
+			}
+		}
+	}
+	if err != nil {
+		w.Free()
+		return false
+	}
+	m.tally, m.tallyAt = w, at
+	m.tallied, m.looks = make([]uint64, len(on)), make([]int, len(on))
+	m.markWant = make([][]uint64, len(on))
+	for p, yes := range on {
+		if yes {
+			m.markWant[p] = make([]uint64, ipcFlights)
+		}
+	}
+	return true
 }
 
 // view is buf's device memory as a Slice of bytes.
@@ -237,14 +297,63 @@ func (m *cudaIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64
 	return cuda.CopyDeviceAsync(dst, src, m.streams[peer])
 }
 
-// mark records peer's event k on its copy stream.
-func (m *cudaIPC) mark(peer, k int) error { return m.marks[peer][k].Record(m.streams[peer]) }
+// mark has peer's copy stream write the next number to peer's word, or
+// records peer's event k on it.
+func (m *cudaIPC) mark(peer, k int) error {
+	if m.tallied == nil {
+		return m.marks[peer][k].Record(m.streams[peer])
+	}
+	v := m.tallied[peer] + 1
+	if err := m.streams[peer].WriteValue64(m.tallyAt+uintptr(peer)*8, v); err != nil {
+		return err
+	}
+	m.tallied[peer], m.markWant[peer][k] = v, v
+	return nil
+}
 
-// marked queries peer's event k.
-func (m *cudaIPC) marked(peer, k int) (bool, error) { return m.marks[peer][k].Query() }
+// marked reports whether peer's word has reached mark k's number (or
+// queries the event). A failed copy never writes the word: every
+// tallyAsk-th look that finds it short asks the stream, whose error (a
+// failed copy, a lost context) it returns, and which, idle, says the
+// write has run.
+func (m *cudaIPC) marked(peer, k int) (bool, error) {
+	if m.tallied == nil {
+		return m.marks[peer][k].Query()
+	}
+	if atomic.LoadUint64(&m.tally.Slice()[peer]) >= m.markWant[peer][k] {
+		m.looks[peer] = 0
+		return true, nil
+	}
+	if m.looks[peer]++; m.looks[peer] < tallyAsk {
+		return false, nil
+	}
+	m.looks[peer] = 0
+	return m.streams[peer].Query()
+}
 
-// awaitMark waits for peer's event k (awaitEvent).
-func (m *cudaIPC) awaitMark(peer, k int) error { return awaitEvent(m.marks[peer][k]) }
+// tallyAsk is how many looks at a mark's word that find it short marked
+// makes before it asks the stream.
+const tallyAsk = 256
+
+// awaitMark waits for mark k of peer: polled, yielding between looks, for
+// up to ipcPollFor, then blocked in the driver (awaitEvent, or the
+// stream's synchronization, which waits for the word's write too).
+func (m *cudaIPC) awaitMark(peer, k int) error {
+	if m.tallied == nil {
+		return awaitEvent(m.marks[peer][k])
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		done, err := m.marked(peer, k)
+		if err != nil || done {
+			return err
+		}
+		if i%64 == 63 && time.Since(start) > ipcPollFor {
+			return m.streams[peer].Synchronize()
+		}
+		runtime.Gosched()
+	}
+}
 
 // awaitEvent waits for ev: polled, yielding between looks, for up to
 // ipcPollFor, then blocked in the driver. Polled, not blocked from the
@@ -396,6 +505,10 @@ func (m *cudaIPC) close() error {
 	if m.vals != nil {
 		keep(m.words.Free())
 		m.vals = nil
+	}
+	if m.tallied != nil {
+		keep(m.tally.Free())
+		m.tallied = nil
 	}
 	return first
 }

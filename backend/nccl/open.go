@@ -269,7 +269,7 @@ func (o *opening) makeChannels(ctx context.Context) error {
 	}
 	o.trace.phase("the NCCL communicators made")
 	if o.ipc != nil {
-		if o.ipcMem, err = newCudaIPC(o.lo.dev, o.ipc); err != nil {
+		if o.ipcMem, err = newCudaIPC(o.lo.dev, o.ipc, o.events); err != nil {
 			return err
 		}
 	}

@@ -33,6 +33,7 @@ type completion struct {
 
 	mu     sync.Mutex
 	doneCh chan struct{}
+	fn     func() // notify's: called once by the completer; under mu
 
 	st  backend.Status
 	err error
@@ -69,7 +70,12 @@ func (c *completion) complete(st backend.Status, err error) {
 	case c.wake <- struct{}{}:
 	default:
 	}
+	fn := c.fn
+	c.fn = nil
 	c.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 }
 
 // slow sets stSlow unless the result is already published, and reports
@@ -159,6 +165,22 @@ func (c *completion) Done() <-chan struct{} {
 	return c.doneCh
 }
 
+// notify has f called once the request completes: by the goroutine that
+// completes it, after the result is published (so f may look at it but
+// must not block), or at once by this one if it has completed already.
+// One f per use; reset forgets it.
+func (c *completion) notify(f func()) {
+	c.mu.Lock()
+	pending := c.slow()
+	if pending {
+		c.fn = f
+	}
+	c.mu.Unlock()
+	if !pending {
+		f()
+	}
+}
+
 // reset readies the completion for the next use. The caller owns the
 // request: its previous use has completed and been observed, or it was
 // never handed out (state 0).
@@ -170,6 +192,7 @@ func (c *completion) reset() {
 		default:
 		}
 		c.doneCh = nil
+		c.fn = nil
 		c.mu.Unlock()
 	}
 	c.st, c.err = backend.Status{}, nil

@@ -113,3 +113,45 @@ func TestCompletionTimeout(t *testing.T) {
 		t.Fatal("reset left a result or a token")
 	}
 }
+
+// TestCompletionNotify: a function given to notify before completion is
+// called once, by the completer, with the result published; one given
+// after is called at once; a completer on another goroutine calls it
+// there; and a later use given none calls none of the earlier ones.
+func TestCompletionNotify(t *testing.T) {
+	var c completion
+	c.init()
+	calls := 0
+	c.notify(func() {
+		calls++
+		if !c.isDone() || c.st.Count != 3 {
+			t.Error("notified before the result was published")
+		}
+	})
+	if calls != 0 {
+		t.Fatal("notified before completion")
+	}
+	c.complete(backend.Status{Count: 3}, nil)
+	if calls != 1 {
+		t.Fatalf("%d calls after completion, want 1", calls)
+	}
+	if st, err := c.Wait(0); st.Count != 3 || err != nil {
+		t.Fatalf("Wait = %v, %v", st, err)
+	}
+	c.notify(func() { calls++ }) // completed: at once
+	if calls != 2 {
+		t.Fatalf("%d calls, want 2 (notify after completion calls at once)", calls)
+	}
+	c.reset()
+
+	done := make(chan struct{})
+	c.notify(func() { close(done) })
+	go c.complete(backend.Status{Count: 4}, nil)
+	<-done
+	c.Wait(0)
+	c.reset()
+	c.complete(backend.Status{Count: 5}, nil) // no function: nothing called
+	if calls != 2 {
+		t.Fatalf("%d calls, want 2", calls)
+	}
+}

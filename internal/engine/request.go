@@ -89,14 +89,13 @@ func (r *request) Test() (bool, backend.Status, error) {
 // that only looks.
 func (r *request) Completed() bool { return r.isDone() }
 
-// WaitParked is Wait without the spin: the calling goroutine sleeps until
-// the request completes, at most timeout (if positive). It is for a
-// goroutine whose arrivals others take: the transport's own goroutine, or
-// a goroutine that waits for something else and polls this engine
-// (SpinUntil). A spinner more would only take turns with them.
-func (r *request) WaitParked(timeout time.Duration) (backend.Status, error) {
-	return r.completion.Wait(timeout)
-}
+// Notify has f called once the request completes, by the goroutine that
+// completes it (a transport's, or one polling the engine), or at once if
+// it has completed: for a goroutine that sleeps on something else and
+// needs to hear of this request only when no one else will take it. f
+// runs with the result published and must not block; one f per use of
+// the request.
+func (r *request) Notify(f func()) { r.completion.notify(f) }
 
 // Wait implements backend.Request: with transports that can be polled,
 // the waiting goroutine takes arrivals itself for a while before it parks.
