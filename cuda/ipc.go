@@ -134,6 +134,9 @@ func ExportIPC(d Device, p uintptr, n int64) (IPCRegion, error) {
 	if err != nil {
 		return IPCRegion{}, err
 	}
+	if r, ok := l.mem.recentExport(p, n); ok {
+		return r, nil
+	}
 	base, size, err := l.drv.memGetAddressRange(ctx, p)
 	if err != nil {
 		return IPCRegion{}, err
@@ -153,7 +156,38 @@ func ExportIPC(d Device, p uintptr, n int64) (IPCRegion, error) {
 		}
 		l.mem.keepExport(base, h)
 	}
-	return IPCRegion{Handle: h, Offset: int64(p - base), Size: size, ID: id}, nil
+	r := IPCRegion{Handle: h, Size: size, ID: id}
+	l.mem.keepRecent(base, r)
+	r.Offset = int64(p - base)
+	return r, nil
+}
+
+// recentExport returns the region of the n bytes at p if they lie in the
+// allocation ExportIPC found last and that allocation is still live: its
+// start still has the allocation's number, which Free takes away before
+// the driver frees the memory and Alloc never gives again. A program
+// that sends from one buffer again and again exports it without asking
+// the driver where the allocation starts (a call through cgo and the
+// driver's lookup, on every message of the IPC path).
+func (m *memTable) recentExport(p uintptr, n int64) (IPCRegion, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	r, at := m.recent, m.recentAt
+	if r.ID == 0 || p < at || int64(p-at) > r.Size-n || m.ids[at] != r.ID {
+		return IPCRegion{}, false
+	}
+	r.Offset = int64(p - at)
+	return r, true
+}
+
+// keepRecent records r, the region of the live allocation at p (Offset
+// 0), as the one ExportIPC found last.
+func (m *memTable) keepRecent(p uintptr, r IPCRegion) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ids[p] == r.ID {
+		m.recentAt, m.recent = p, r
+	}
 }
 
 // exported returns the number of the live allocation [p, p+bytes) (0:

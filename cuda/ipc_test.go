@@ -211,3 +211,41 @@ func TestShareAllocations(t *testing.T) {
 		noErr(t, plain.Free())
 	})
 }
+
+// TestRecentExport: ExportIPC's memory of the allocation it found last
+// answers for spans inside that allocation while it lives, and never for
+// the allocation that takes its address after a Free (a new number), nor
+// past the allocation's end.
+func TestRecentExport(t *testing.T) {
+	var m memTable
+	m.addDevice(0x7000, 4096)
+	r := IPCRegion{Handle: IPCHandle{1}, Size: 4096, ID: m.ids[0x7000]}
+	m.keepRecent(0x7000, r)
+	got, ok := m.recentExport(0x7000+40, 64)
+	if !ok || got.Offset != 40 || got.ID != r.ID || got.Handle != r.Handle || got.Size != 4096 {
+		t.Fatalf("recentExport = %+v, %v; want offset 40 of the allocation %+v", got, ok, r)
+	}
+	for _, c := range []struct {
+		p uintptr
+		n int64
+	}{{0x7000 - 8, 8}, {0x7000 + 4000, 200}, {0x7000 + 4096, 1}} {
+		if _, ok := m.recentExport(c.p, c.n); ok {
+			t.Errorf("recentExport(%#x, %d) answered outside the allocation", c.p, c.n)
+		}
+	}
+	if ok, _ := m.takeDevice(0x7000, 4096); !ok {
+		t.Fatal("takeDevice")
+	}
+	if _, ok := m.recentExport(0x7000, 8); ok {
+		t.Fatal("recentExport answered for a freed allocation")
+	}
+	m.addDevice(0x7000, 4096) // the same address again: a new number
+	if _, ok := m.recentExport(0x7000, 8); ok {
+		t.Fatal("recentExport answered for the allocation that took a freed one's address")
+	}
+	// A region recorded for an allocation that is gone is not kept.
+	m.keepRecent(0x9000, IPCRegion{Size: 64, ID: 99})
+	if _, ok := m.recentExport(0x9000, 8); ok {
+		t.Fatal("keepRecent kept a region of no live allocation")
+	}
+}

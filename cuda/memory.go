@@ -561,6 +561,11 @@ type memTable struct {
 	export map[uintptr]IPCHandle // start → its handle, once ExportIPC asked for it
 	opened map[uintptr]int64     // other processes' memory, mapped by OpenIPC: start → bytes
 	host   []span                // sorted by start; never overlapping
+	// recent is the region ExportIPC found last (Offset 0), at start
+	// recentAt: the next export from the same allocation, while its
+	// number stays live, needs no call to the driver (recentExport).
+	recentAt uintptr
+	recent   IPCRegion
 }
 
 type span struct {
