@@ -1219,6 +1219,9 @@ func (c *conn) ipcDescribe(ip *ipcPeer, r *request, buf []byte) {
 	c.mu.Unlock()
 	m := d.encode(buf)
 	err := c.ctl.send(hostBytes(buf[:m]), ip.rank, ipcDescTag, r.caller)
+	if err == nil && !d.inline {
+		return // its DONE completes it
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
