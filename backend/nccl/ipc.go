@@ -616,7 +616,8 @@ type ipcReader struct {
 	r     backend.Request
 	ended bool
 	// arrived is set when r completes (arrive, its Notify) and cleared
-	// when r is taken; the last pumper out looks at it (unpump).
+	// once r is taken and released (after arrive has run); the last
+	// pumper out looks at it (unpump).
 	arrived atomic.Bool
 	// wake rouses the stage's goroutine (capacity 1); wakes counts the
 	// times it was roused (for the tests).
@@ -627,9 +628,6 @@ type ipcReader struct {
 	// count before its load of arrived, so one of the two wakes the
 	// goroutine for an arrival that no pumper took.
 	arrive func()
-	// unnotified is set when the host connection's receives cannot call
-	// arrive (no Notify): the goroutine then looks every millisecond.
-	unnotified bool
 	// take handles one message (or the error that ends the stream) and
 	// reports whether the stream ended; under mu.
 	take func(st backend.Status, err error) bool
@@ -665,19 +663,21 @@ func (c *conn) readStep(rd *ipcReader, peer int) bool {
 				wakeUp(rd.wake) // to see the end
 				return true
 			}
-			rd.r = r
-			if n, ok := r.(notifier); ok {
-				n.Notify(rd.arrive)
-			} else {
-				rd.unnotified = true
+			n, ok := r.(notifier)
+			if !ok { // the host connection is the tcp backend's engine: never
+				rd.ended = rd.take(backend.Status{}, fmt.Errorf("nccl: %w: the host connection's receives cannot call back at completion", backend.ErrNotSupported))
+				wakeUp(rd.wake)
+				return true
 			}
+			rd.r = r
+			n.Notify(rd.arrive)
 		}
 		if !isComplete(rd.r) {
 			return did
 		}
-		rd.arrived.Store(false)
 		st, err := rd.r.Wait(0)
-		rd.r.Release()
+		rd.r.Release() // waits for arrive, if it is running
+		rd.arrived.Store(false)
 		rd.r = nil
 		did = true
 		if rd.ended = rd.take(st, err); rd.ended {
@@ -694,19 +694,12 @@ func (c *conn) ipcRead(rd *ipcReader, peer int) {
 	for {
 		rd.mu.Lock()
 		c.readStep(rd, peer)
-		ended, polled := rd.ended, rd.unnotified
+		ended := rd.ended
 		rd.mu.Unlock()
 		if ended {
 			return
 		}
-		if polled {
-			select {
-			case <-rd.wake:
-			case <-time.After(time.Millisecond):
-			}
-		} else {
-			<-rd.wake
-		}
+		<-rd.wake
 		rd.wakes.Add(1)
 	}
 }

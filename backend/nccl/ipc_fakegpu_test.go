@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,4 +380,76 @@ func TestFakeGPUChildIPCPendingCopy(t *testing.T) {
 			t.Error("the receives do not hold their messages")
 		}
 	})
+}
+
+// TestFakeGPUChildIPCMarks: the copies' marks are words the copy stream
+// writes where the driver has stream memory operations, events where it
+// has not (FAKEGPU_NO_MEMOPS=1) and with EventsEnv=1; with words, a
+// fault on the GPU while a copy waits on its stream (so its word is never
+// written) fails the receive with the driver's error, not never.
+func TestFakeGPUChildIPCMarks(t *testing.T) {
+	words := os.Getenv("FAKEGPU_NO_MEMOPS") != "1"
+	for _, events := range []bool{false, true} {
+		if events {
+			t.Setenv(EventsEnv, "1")
+		}
+		cs := sharedGPUJob(t, 2, false)
+		for r, c := range cs {
+			m := c.ipc.mem.(*cudaIPC)
+			if got, want := m.tallied != nil, words && !events; got != want {
+				t.Errorf("%s=%v, memory operations %v: rank %d's marks are words: %v, want %v", EventsEnv, events, words, r, got, want)
+			}
+		}
+	}
+	if !words {
+		return
+	}
+	t.Setenv(EventsEnv, "")
+	cs := sharedGPUJob(t, 2, false)
+	m := cs[1].ipc.mem.(*cudaIPC)
+	if m.tallied == nil {
+		t.Fatal("the marks are not words")
+	}
+	// Before the gate's cleanup, so freed after it: the copy runs once
+	// the gate opens.
+	src, dst := devBuf(t, cs[0], 1<<16), devBuf(t, cs[1], 1<<16)
+	// Rank 1's copy stream from rank 0 waits for a word nobody writes
+	// (until the test ends), so the copy queued behind it never runs.
+	gate, err := cuda.HostAlloc[uint64](1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(gate.Slice())
+	at, err := gate.DevicePtr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.streams[0].WaitValue64(at, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Unsetenv("FAKEGPU_FAULT")
+		atomic.StoreUint64(&gate.Slice()[0], 1) // let the stream go, for Close
+		m.streams[0].Synchronize()
+		gate.Free()
+	})
+	t.Setenv("FAKEGPU_FAULT", "1")
+	sq := isend(t, cs[0], devDesc(cs[0], src), 1, 1)
+	rq := irecv(t, cs[1], devDesc(cs[1], dst), 0, 1)
+	start := time.Now()
+	_, err = rq.Wait(10 * time.Second)
+	took := time.Since(start)
+	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
+	if err == nil || errors.Is(err, backend.ErrTimeout) || !strings.Contains(err.Error(), "700") {
+		t.Fatalf("a receive whose copy waits on a faulted GPU: %v, want the driver's error (700)", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the fault was noticed after %v", took)
+	}
+	rq.Release()
+	// The sender hears of the failed copy (its DONE) and completes.
+	if _, err := sq.Wait(10 * time.Second); err != nil {
+		t.Errorf("the send: %v", err)
+	}
+	sq.Release()
 }

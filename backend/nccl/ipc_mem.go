@@ -87,11 +87,11 @@ type cudaIPC struct {
 	// per peer in page-locked memory (tally) that its copy stream writes
 	// after each batch with the batch's number (tallied[peer], counted
 	// by the peer's copier; markWant[peer][k] is mark k's number), so
-	// that seeing a batch done is a load from memory, not a call into
-	// the driver, and setting a mark costs less than recording an event
-	// (docs/benchmarks.md, "Marks in page-locked memory"); elsewhere, and
-	// with EventsEnv=1, an event per flight (marks), recorded on the
-	// stream and queried.
+	// that each look at a batch is a load from memory, not a call into
+	// the driver (a copy seen done this way costs 0.1-1 µs less than
+	// through an event: docs/benchmarks.md, "The CUDA IPC path, stage by
+	// stage"); elsewhere, and with EventsEnv=1, an event per flight
+	// (marks), recorded on the stream and queried.
 	tally    cuda.Pinned[uint64]
 	tallyAt  uintptr // tally's device address
 	tallied  []uint64
@@ -336,22 +336,25 @@ func (m *cudaIPC) marked(peer, k int) (bool, error) {
 const tallyAsk = 256
 
 // awaitMark waits for mark k of peer: polled, yielding between looks, for
-// up to ipcPollFor, then blocked in the driver (awaitEvent, or the
-// stream's synchronization, which waits for the word's write too).
+// up to ipcPollFor, then blocked in the driver on its event (awaitEvent)
+// or, with the words, polled with naps of ipcStreamNap between looks (the
+// stream's synchronization would wait for the later batches too).
 func (m *cudaIPC) awaitMark(peer, k int) error {
 	if m.tallied == nil {
 		return awaitEvent(m.marks[peer][k])
 	}
-	start := time.Now()
+	start, napping := time.Now(), false
 	for i := 0; ; i++ {
 		done, err := m.marked(peer, k)
 		if err != nil || done {
 			return err
 		}
-		if i%64 == 63 && time.Since(start) > ipcPollFor {
-			return m.streams[peer].Synchronize()
+		napping = napping || i%64 == 63 && time.Since(start) > ipcPollFor
+		if napping {
+			time.Sleep(ipcStreamNap)
+		} else {
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 	}
 }
 

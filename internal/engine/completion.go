@@ -70,12 +70,13 @@ func (c *completion) complete(st backend.Status, err error) {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	fn := c.fn
-	c.fn = nil
-	c.mu.Unlock()
-	if fn != nil {
-		fn()
+	if c.fn != nil {
+		// Under mu: reset waits for it, so it never runs after the
+		// request's next use has begun.
+		c.fn()
+		c.fn = nil
 	}
+	c.mu.Unlock()
 }
 
 // slow sets stSlow unless the result is already published, and reports
@@ -166,9 +167,11 @@ func (c *completion) Done() <-chan struct{} {
 }
 
 // notify has f called once the request completes: by the goroutine that
-// completes it, after the result is published (so f may look at it but
-// must not block), or at once by this one if it has completed already.
-// One f per use; reset forgets it.
+// completes it, after the result is published and under mu (so f must
+// not block nor touch the request: a poller may see the result, and Wait
+// or Test report it, before f has run; reset, and so Release, waits for
+// it), or at once by this one if it has completed already. One f per
+// use; reset forgets one never called.
 func (c *completion) notify(f func()) {
 	c.mu.Lock()
 	pending := c.slow()

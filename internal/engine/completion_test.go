@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,8 +117,7 @@ func TestCompletionTimeout(t *testing.T) {
 
 // TestCompletionNotify: a function given to notify before completion is
 // called once, by the completer, with the result published; one given
-// after is called at once; a completer on another goroutine calls it
-// there; and a later use given none calls none of the earlier ones.
+// after is called at once; and the next use calls only its own.
 func TestCompletionNotify(t *testing.T) {
 	var c completion
 	c.init()
@@ -143,15 +143,44 @@ func TestCompletionNotify(t *testing.T) {
 		t.Fatalf("%d calls, want 2 (notify after completion calls at once)", calls)
 	}
 	c.reset()
+	second := 0
+	c.notify(func() { second++ })
+	c.complete(backend.Status{Count: 4}, nil)
+	if calls != 2 || second != 1 {
+		t.Fatalf("the next use: %d calls of the first function, %d of its own; want 2, 1", calls, second)
+	}
+}
 
-	done := make(chan struct{})
-	c.notify(func() { close(done) })
-	go c.complete(backend.Status{Count: 4}, nil)
-	<-done
-	c.Wait(0)
-	c.reset()
-	c.complete(backend.Status{Count: 5}, nil) // no function: nothing called
-	if calls != 2 {
-		t.Fatalf("%d calls, want 2", calls)
+// TestCompletionNotifyRaces: notify against a completer on another
+// goroutine, through many uses: each use's function runs exactly once,
+// and it has finished by the time reset returns, though a poller sees the
+// result (and may reset) before it runs.
+func TestCompletionNotifyRaces(t *testing.T) {
+	var c completion
+	c.init()
+	uses := 20000
+	if testing.Short() {
+		uses = 2000
+	}
+	for i := range uses {
+		var calls atomic.Int32
+		done := make(chan struct{})
+		go func() {
+			c.complete(backend.Status{Count: int64(i)}, nil)
+			close(done)
+		}()
+		c.notify(func() {
+			if i%64 == 0 {
+				time.Sleep(20 * time.Microsecond) // a slow one, still running when the poller resets
+			}
+			calls.Add(1)
+		})
+		for !c.isDone() {
+		}
+		c.reset() // waits for the function, if it is running
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("use %d: %d calls by the time reset returned, want 1", i, n)
+		}
+		<-done
 	}
 }

@@ -93,8 +93,10 @@ func (r *request) Completed() bool { return r.isDone() }
 // completes it (a transport's, or one polling the engine), or at once if
 // it has completed: for a goroutine that sleeps on something else and
 // needs to hear of this request only when no one else will take it. f
-// runs with the result published and must not block; one f per use of
-// the request.
+// runs with the result published, under the request's lock: it must not
+// block nor touch the request, and it may run after Test, Wait or
+// Completed have reported the completion, but never after Release
+// returns. One f per use of the request.
 func (r *request) Notify(f func()) { r.completion.notify(f) }
 
 // Wait implements backend.Request: with transports that can be polled,
