@@ -5,11 +5,8 @@ package nccl
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,77 +157,6 @@ func fakeGPUChild(t *testing.T) {
 	if name, _ := cuda.Device(0).Name(); name != "Fake GPU 0" {
 		t.Fatalf("device 0 is %q, not the fake", name)
 	}
-}
-
-// testJobs describes the ranks of an n-rank job in this process: rank 0
-// listens on a fresh loopback port, and all share a fresh key.
-func testJobs(t *testing.T, n int) []bootstrap.Job {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var k [16]byte
-	rand.Read(k[:])
-	jobs := make([]bootstrap.Job, n)
-	for r := range jobs {
-		jobs[r] = bootstrap.Job{Rank: r, Size: n, LocalRank: r, LocalSize: n, Launcher: "test",
-			Key: hex.EncodeToString(k[:]), Addr: ln.Addr().String()}
-	}
-	jobs[0].Listener = ln
-	return jobs
-}
-
-// realJob opens the communicators of an n-rank job in this process with
-// the real driver, through a real bootstrap exchange.
-func realJob(t *testing.T, n int, check bool) []*conn {
-	t.Helper()
-	return driverJob(t, n, Driver{}, check)
-}
-
-// driverJob opens the communicators of an n-rank job in this process with
-// driver d (Driver or fakeDriver), through a real bootstrap exchange, and
-// closes them when the test ends.
-func driverJob(t *testing.T, n int, d backend.Driver, check bool) []*conn {
-	t.Helper()
-	cs := make([]*conn, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for r, job := range testJobs(t, n) {
-		wg.Go(func() {
-			ex, err := bootstrap.Connect(ctx, job)
-			if err != nil {
-				t.Errorf("rank %d: bootstrap: %v", r, err)
-				return
-			}
-			defer ex.Close()
-			bc, err := d.Open(ctx, backend.Config{Job: jobOf(job), Exchange: ex, Check: check, Timeout: 5 * time.Second, Env: os.Getenv})
-			if err != nil {
-				t.Errorf("rank %d: Open: %v", r, err)
-				return
-			}
-			cs[r] = bc.(*conn)
-		})
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for r, c := range cs {
-			if c != nil {
-				wg.Go(func() {
-					if err := c.Close(); err != nil {
-						t.Errorf("rank %d: Close: %v", r, err)
-					}
-				})
-			}
-		}
-		wg.Wait()
-	})
-	if t.Failed() {
-		t.FailNow()
-	}
-	return cs
 }
 
 // TestFakeGPUChildDevice: device and host buffers, both ways, with and
