@@ -62,14 +62,9 @@ type device struct {
 	timed bool
 
 	// Completion words (see useFlags): when flags is set, each channel has
-	// a word of page-locked memory, at flagStride words from the next,
-	// that its stream sets to a group's number once the group is done; seq
-	// is the number of the channel's last group. Without them, each group
-	// records an event that poll queries.
-	flags    []uint64
-	flagMem  cuda.Pinned[uint64]
-	flagAddr uintptr // the device address of flagMem
-	seq      []uint64
+	// a word that its stream sets to a group's number once the group is
+	// done. Without them, each group records an event that poll queries.
+	flags    *flagWords
 	after    after // launch's seal, reused (handed to C)
 	waitedOn bool  // a stream was made to wait on a completion word (waitOn)
 }

@@ -116,11 +116,13 @@ func (d *device) close() error {
 		// (cuStreamWaitValue64 reads it when the stream gets there, which
 		// may be after Close): then the words stay allocated, a few
 		// hundred bytes per communicator.
-		d.flagMem.Free()
-	} else if d.flagMem.Len() > 0 {
+		if d.flags != nil {
+			d.flags.mem.Free()
+		}
+	} else if d.flags != nil {
 		keptFlagWords.Add(1)
 	}
-	d.flags, d.flagMem = nil, cuda.Pinned[uint64]{}
+	d.flags = nil
 	d.events, d.allEvents, d.slabs, d.allSlabs, d.temps, d.allTemps = nil, nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }

@@ -9,26 +9,36 @@ import (
 	"github.com/courier-mp/courier/cuda"
 )
 
-// flagStride is the distance, in 8-byte words, between the completion
-// words of two channels: a cache line each.
+// flagStride is the distance, in 8-byte words, between two completion
+// words: a cache line each.
 const flagStride = 8
 
-// useFlags sets up completion words for n channels, unless the driver
-// cannot write them from a stream (then the engine stays with events and
-// useFlags says why). Polling a word in host memory costs the CPU a load;
-// querying an event is a driver call (about 1.5 µs on an H200, measured
-// with BenchmarkGPUPrimitives), which is most of a small message's
-// time on the critical path. It checks that a write from a stream reaches
-// the CPU before relying on it.
-func (d *device) useFlags(n int, probe *cuda.Stream) error {
+// flagWords is a block of completion words in page-locked memory: a
+// stream writes a word's next number after the work it follows
+// (cuStreamWriteValue64, or launch's C call), and the CPU sees that work
+// done once the word has reached the number, a load from memory instead
+// of a call into the driver per look. The channels of the device
+// (useFlags) and the IPC path's copy streams (cudaIPC.useTally) count
+// their work this way.
+type flagWords struct {
+	mem  cuda.Pinned[uint64]
+	addr uintptr  // mem's device address
+	w    []uint64 // mem's words
+	seq  []uint64 // by word: the number of its last write queued
+}
+
+// newFlagWords allocates n completion words, unless the driver cannot
+// write them from a stream (the error says why). It checks, with probe,
+// that a write from a stream reaches the CPU before relying on it.
+func newFlagWords(n int, probe *cuda.Stream) (*flagWords, error) {
 	mem, err := cuda.HostAlloc[uint64](int64(n+1) * flagStride)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	addr, err := mem.DevicePtr()
 	if err == nil {
 		w := mem.Slice()
-		clear(w)
+		clear(w) // page-locked memory comes as it was left
 		last := n * flagStride
 		if err = probe.WriteValue64(addr+uintptr(8*last), 1); err == nil {
 			err = probe.Synchronize()
@@ -39,14 +49,43 @@ func (d *device) useFlags(n int, probe *cuda.Stream) error {
 	}
 	if err != nil {
 		mem.Free()
-		return err
+		return nil, err
 	}
-	d.flagMem, d.flagAddr, d.flags, d.seq = mem, addr, mem.Slice(), make([]uint64, n)
-	return nil
+	return &flagWords{mem: mem, addr: addr, w: mem.Slice(), seq: make([]uint64, n)}, nil
 }
 
-// flagOf returns the device address of channel ch's completion word.
-func (d *device) flagOf(ch int) uintptr { return d.flagAddr + uintptr(8*ch*flagStride) }
+// of returns the device address of word i.
+func (f *flagWords) of(i int) uintptr { return f.addr + uintptr(8*i*flagStride) }
+
+// write queues on s the write of word i's next number and returns it.
+func (f *flagWords) write(i int, s *cuda.Stream) (uint64, error) {
+	v := f.seq[i] + 1
+	if err := s.WriteValue64(f.of(i), v); err != nil {
+		return 0, err
+	}
+	f.seq[i] = v
+	return v, nil
+}
+
+// reached reports whether word i has reached v.
+func (f *flagWords) reached(i int, v uint64) bool {
+	return atomic.LoadUint64(&f.w[i*flagStride]) >= v
+}
+
+// useFlags sets up completion words for n channels, unless the driver
+// cannot write them from a stream (then the engine stays with events and
+// useFlags says why). Polling a word in host memory costs the CPU a load;
+// querying an event is a driver call (about 1.5 µs on an H200, measured
+// with BenchmarkGPUPrimitives), which is most of a small message's
+// time on the critical path.
+func (d *device) useFlags(n int, probe *cuda.Stream) error {
+	f, err := newFlagWords(n, probe)
+	if err != nil {
+		return err
+	}
+	d.flags = f
+	return nil
+}
 
 // settle implements engine.
 //
@@ -84,11 +123,11 @@ func (d *device) seal(g *group) error {
 		}
 	}
 	if d.flags != nil {
-		d.seq[g.ch]++
-		st.seq = d.seq[g.ch]
-		if err := st.stream.WriteValue64(d.flagOf(g.ch), st.seq); err != nil {
+		v, err := d.flags.write(g.ch, st.stream)
+		if err != nil {
 			return fmt.Errorf("nccl: queueing the completion word's write after a group: %w", err)
 		}
+		st.seq = v
 		return nil
 	}
 	ev, err := d.getEvent()
@@ -106,7 +145,7 @@ func (d *device) seal(g *group) error {
 func (d *device) poll(g *group) (bool, error) {
 	st := g.res.(*staged)
 	if d.flags != nil {
-		return atomic.LoadUint64(&d.flags[g.ch*flagStride]) >= st.seq, nil
+		return d.flags.reached(g.ch, st.seq), nil
 	}
 	done, err := st.ev.Query()
 	if err != nil {

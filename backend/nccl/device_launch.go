@@ -94,7 +94,7 @@ func (d *device) launch(g *group) (bool, error) {
 	var ev *cuda.Event
 	if len(st.backs) == 0 {
 		if d.flags != nil {
-			d.after = afterWrite(stream, d.flagOf(g.ch), d.seq[g.ch]+1)
+			d.after = afterWrite(stream, d.flags.of(g.ch), d.flags.seq[g.ch]+1)
 		} else {
 			var err error
 			if ev, err = d.getEvent(); err != nil {
@@ -109,8 +109,8 @@ func (d *device) launch(g *group) (bool, error) {
 	g.nccl += nccl
 	switch {
 	case sealed && d.flags != nil:
-		d.seq[g.ch]++
-		st.seq = d.seq[g.ch]
+		d.flags.seq[g.ch]++
+		st.seq = d.flags.seq[g.ch]
 	case sealed:
 		st.ev = ev
 	case ev != nil:

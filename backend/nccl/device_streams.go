@@ -95,7 +95,7 @@ func (d *device) waitOn(g *group, s *cuda.Stream) error {
 	st := g.res.(*staged)
 	if d.flags != nil {
 		d.waitedOn = true
-		return s.WaitValue64(d.flagOf(g.ch), st.seq)
+		return s.WaitValue64(d.flags.of(g.ch), st.seq)
 	}
 	return s.WaitEvent(st.ev)
 }

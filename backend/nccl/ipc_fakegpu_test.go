@@ -396,7 +396,7 @@ func TestFakeGPUChildIPCMarks(t *testing.T) {
 		cs := sharedGPUJob(t, 2, false)
 		for r, c := range cs {
 			m := c.ipc.mem.(*cudaIPC)
-			if got, want := m.tallied != nil, words && !events; got != want {
+			if got, want := m.tally != nil, words && !events; got != want {
 				t.Errorf("%s=%v, memory operations %v: rank %d's marks are words: %v, want %v", EventsEnv, events, words, r, got, want)
 			}
 		}
@@ -407,7 +407,7 @@ func TestFakeGPUChildIPCMarks(t *testing.T) {
 	t.Setenv(EventsEnv, "")
 	cs := sharedGPUJob(t, 2, false)
 	m := cs[1].ipc.mem.(*cudaIPC)
-	if m.tallied == nil {
+	if m.tally == nil {
 		t.Fatal("the marks are not words")
 	}
 	// Before the gate's cleanup, so freed after it: the copy runs once

@@ -83,18 +83,15 @@ type cudaIPC struct {
 	dev     cuda.Device
 	streams []*cuda.Stream // by peer: the stream its copier copies on
 
-	// The marks: where the driver has stream memory operations, a word
-	// per peer in page-locked memory (tally) that its copy stream writes
-	// after each batch with the batch's number (tallied[peer], counted
-	// by the peer's copier; markWant[peer][k] is mark k's number), so
-	// that each look at a batch is a load from memory, not a call into
-	// the driver (a copy seen done this way costs 0.1-1 µs less than
-	// through an event: docs/benchmarks.md, "The CUDA IPC path, stage by
-	// stage"); elsewhere, and with EventsEnv=1, an event per flight
-	// (marks), recorded on the stream and queried.
-	tally    cuda.Pinned[uint64]
-	tallyAt  uintptr // tally's device address
-	tallied  []uint64
+	// The marks: where the driver has stream memory operations, a
+	// completion word per peer (tally, by peer) that its copy stream
+	// writes after each batch with the batch's number (markWant[peer][k]
+	// is mark k's), so that each look at a batch is a load from memory,
+	// not a call into the driver (a copy seen done this way costs 0.1-1
+	// µs less than through an event: docs/benchmarks.md, "The CUDA IPC
+	// path, stage by stage"); elsewhere, and with EventsEnv=1, an event
+	// per flight (marks), recorded on the stream and queried.
+	tally    *flagWords
 	markWant [][]uint64
 	looks    []int           // by peer: marked's looks since it last asked the stream
 	marks    [][]*cuda.Event // by peer, ipcFlights each, without the words
@@ -158,32 +155,25 @@ func newCudaIPC(dev cuda.Device, on []bool, events bool) (*cudaIPC, error) {
 	return m, nil
 }
 
-// useTally sets up the marks' words, and reports whether it could: the
-// page-locked words and a first write of each by its stream (the
-// driver's stream memory operations) must work. A failure leaves the
-// marks to events.
+// useTally sets up the marks' words (newFlagWords, probed on a copy
+// stream), and reports whether it could; a failure leaves the marks to
+// events.
 func (m *cudaIPC) useTally(on []bool) bool {
-	w, err := cuda.HostAlloc[uint64](int64(len(on)))
-	if err != nil {
-		return false
-	}
-	at, err := w.DevicePtr()
-	if err == nil {
-		clear(w.Slice()) // page-locked memory comes as it was left
-		for p, yes := range on {
-			if yes && err == nil {
-				if err = m.streams[p].WriteValue64(at+uintptr(p)*8, 0); err == nil {
-					err = m.streams[p].Synchronize()
-				}
-			}
+	var probe *cuda.Stream
+	for _, s := range m.streams {
+		if s != nil {
+			probe = s
+			break
 		}
 	}
-	if err != nil {
-		w.Free()
+	if probe == nil {
 		return false
 	}
-	m.tally, m.tallyAt = w, at
-	m.tallied, m.looks = make([]uint64, len(on)), make([]int, len(on))
+	f, err := newFlagWords(len(on), probe)
+	if err != nil {
+		return false
+	}
+	m.tally, m.looks = f, make([]int, len(on))
 	m.markWant = make([][]uint64, len(on))
 	for p, yes := range on {
 		if yes {
@@ -300,15 +290,14 @@ func (m *cudaIPC) copyIn(peer int, buf backend.Buffer, r cuda.IPCRegion, n int64
 // mark has peer's copy stream write the next number to peer's word, or
 // records peer's event k on it.
 func (m *cudaIPC) mark(peer, k int) error {
-	if m.tallied == nil {
+	if m.tally == nil {
 		return m.marks[peer][k].Record(m.streams[peer])
 	}
-	v := m.tallied[peer] + 1
-	if err := m.streams[peer].WriteValue64(m.tallyAt+uintptr(peer)*8, v); err != nil {
-		return err
+	v, err := m.tally.write(peer, m.streams[peer])
+	if err == nil {
+		m.markWant[peer][k] = v
 	}
-	m.tallied[peer], m.markWant[peer][k] = v, v
-	return nil
+	return err
 }
 
 // marked reports whether peer's word has reached mark k's number (or
@@ -317,10 +306,10 @@ func (m *cudaIPC) mark(peer, k int) error {
 // failed copy, a lost context) it returns, and which, idle, says the
 // write has run.
 func (m *cudaIPC) marked(peer, k int) (bool, error) {
-	if m.tallied == nil {
+	if m.tally == nil {
 		return m.marks[peer][k].Query()
 	}
-	if atomic.LoadUint64(&m.tally.Slice()[peer]) >= m.markWant[peer][k] {
+	if m.tally.reached(peer, m.markWant[peer][k]) {
 		m.looks[peer] = 0
 		return true, nil
 	}
@@ -340,7 +329,7 @@ const tallyAsk = 256
 // or, with the words, polled with naps of ipcStreamNap between looks (the
 // stream's synchronization would wait for the later batches too).
 func (m *cudaIPC) awaitMark(peer, k int) error {
-	if m.tallied == nil {
+	if m.tally == nil {
 		return awaitEvent(m.marks[peer][k])
 	}
 	start, napping := time.Now(), false
@@ -509,9 +498,9 @@ func (m *cudaIPC) close() error {
 		keep(m.words.Free())
 		m.vals = nil
 	}
-	if m.tallied != nil {
-		keep(m.tally.Free())
-		m.tallied = nil
+	if m.tally != nil {
+		keep(m.tally.mem.Free())
+		m.tally = nil
 	}
 	return first
 }

@@ -411,8 +411,9 @@ func newReadySet(links []*link) *readySet {
 }
 
 // poll reads the links whose socket has something to read (or has
-// ended, or failed), runs every link's queued writer jobs, and reports whether it did anything; ok is false when another goroutine
-// holds the set, or ppoll failed: the caller then polls every link. A
+// ended, or failed), runs every link's queued writer jobs, and reports
+// whether it did anything; ok is false when another goroutine holds the
+// set, or ppoll failed: the caller then polls every link. A
 // descriptor already closed (the link ended) shows as ready, and its
 // link's poll, which reads through the connection, finds it closed.
 func (s *readySet) poll(links []*link) (did, ok bool) {
