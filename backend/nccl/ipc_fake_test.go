@@ -145,10 +145,11 @@ func TestIPCReadersSleepWhilePumped(t *testing.T) {
 	wg.Wait()
 	// Each rank has a DESC and a DONE reader for the other: 4 goroutines,
 	// 2n arrivals on each side. Woken once an arrival, they would count
-	// 4n (polling every millisecond, about 100 here); a waiter between two
-	// messages (not yet pumping) lets a few through.
-	if got := woken() - before; got > n/40 {
-		t.Errorf("the reading stages' goroutines were woken %d times in %d round trips, want under %d", got, n, n/40)
+	// 4n; a waiter between two messages (not yet pumping) lets a few
+	// through: 5-16 here alone, 65 once in CI under the race detector
+	// beside other tests (2 s for the loop instead of 0.05).
+	if got := woken() - before; got > n/4 {
+		t.Errorf("the reading stages' goroutines were woken %d times in %d round trips, want under %d", got, n, n/4)
 	} else {
 		t.Logf("woken %d times in %d round trips", got, n)
 	}
