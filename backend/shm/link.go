@@ -315,7 +315,7 @@ func (l *link) WantPull(n int64, tag int) bool {
 	case l.h.copy == CopyPipelined:
 		return false
 	}
-	return l.choose.pull(n)
+	return l.choose.pull()
 }
 
 // Pull implements engine.Puller: one copy out of the peer's memory.
@@ -323,9 +323,14 @@ func (l *link) Pull(dst []byte, addr uint64, tag int) error {
 	if !l.read.Load() {
 		return fmt.Errorf("%w: this rank cannot read rank %d's memory", backend.ErrNotSupported, l.rank)
 	}
+	measure := tag >= 0 && l.h.copy == CopyAuto // the chooser's (WantPull)
+	var start time.Time
+	if measure {
+		start = time.Now()
+	}
 	n, err := shmem.ReadFrom(l.pid, dst, uintptr(addr))
-	if err == nil && tag >= 0 && l.h.copy == CopyAuto { // the chooser's (WantPull)
-		l.choose.complete(wayPull, int64(n), time.Now())
+	if err == nil && measure {
+		l.choose.observe(wayPull, int64(n), time.Since(start))
 	}
 	if errors.Is(err, shmem.ErrNotSupported) {
 		l.read.Store(false)

@@ -5,7 +5,6 @@ package shm
 import (
 	"bytes"
 	"context"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -219,123 +218,69 @@ func TestCopyAuto(t *testing.T) {
 	if !canRead {
 		t.Skip("this kernel refuses process_vm_readv between these processes: only the pipelined way")
 	}
-	pull, pipe := h[1].links[0].choose.rates(256 << 10)
+	pull, pipe := h[1].links[0].choose.rates()
 	assert.Positive(t, pull, "the receiver measured a pull")
 	assert.Positive(t, pipe, "the receiver measured a pipelined message")
 }
 
 // TestChooser: the receiver's choice between pulling and pipelining goes
-// by epochs: each way is measured in turn, a message by the time since
-// the completion of the one before it when that took the same way (the
-// first measurements after the other way ran left out), then the faster
-// is taken, the slower tried for an epoch at growing intervals; a change
-// of rates flips the choice, one within flipMargin does not, and
-// messages too short to tell are not measured.
+// by epochs: each way is measured in turn (its first measurement after the
+// other ran left out), then the faster is taken, the slower tried for an
+// epoch at growing intervals; a change of rates flips the choice, and
+// measurements too short to tell are left out.
 func TestChooser(t *testing.T) {
-	const mib = 1 << 20
 	var c chooser
 	choose := func(epochs int) (pulls int) {
 		for range epochs * epochLen {
-			if c.pull(mib) {
+			if c.pull() {
 				pulls++
 			}
 		}
 		return pulls
 	}
-	clock := time.Unix(1, 0)
-	done := func(way int, size int64, d time.Duration) {
-		clock = clock.Add(d)
-		c.complete(way, size, clock)
-	}
 	require.Equal(t, epochLen, choose(1), "nothing measured: an epoch of pulls")
-	done(wayPull, mib, 10*time.Microsecond) // the first: nothing before it
-	done(wayPull, mib, 10*time.Microsecond) // cold: left out
-	p, _ := c.rates(mib)
-	assert.Zero(t, p, "the first pulls are left out")
-	done(wayPull, mib, 100*time.Microsecond)
+	c.observe(wayPull, 1<<20, 10*time.Microsecond) // cold: left out
+	p, _ := c.rates()
+	assert.Zero(t, p, "the first pull is left out")
+	c.observe(wayPull, 1<<20, 100*time.Microsecond)
 	require.Zero(t, choose(1), "the pipeline not measured yet: an epoch of it")
-	for range 4 { // the first after the pulls, two left out, then one counted
-		done(wayPipelined, mib, 50*time.Microsecond)
+	for range 3 { // two left out, then one counted
+		c.observe(wayPipelined, 1<<20, 50*time.Microsecond)
 	}
-	pull, pipe := c.rates(mib)
+	pull, pipe := c.rates()
 	require.Positive(t, pipe)
-	require.InDelta(t, 2, pipe/pull, 1e-9, "the pipeline twice as fast")
-	// Pulls only in the exploring epochs, the first (ratio − 1) /
-	// exploreCost = 10 epochs on, then 10, 20 and 40 epochs after the
-	// one before.
-	require.Equal(t, uint64(10), exploreAfter(pipe/pull))
-	assert.Equal(t, 4*epochLen, choose(100))
+	require.Greater(t, pipe, pull)
+	// Pipelined is faster: pulls only in the exploring epochs, 4, 8, 16,
+	// 32 and 64 epochs on.
+	assert.Equal(t, 5*epochLen, choose(100))
 
-	// The pull becomes four times as fast (twice the pipeline): the
-	// choice flips as soon as the pull's average passes the pipeline's
-	// by flipMargin, so the pipeline is tried after exploreMin epochs,
-	// then 4, 8, 16 and 32 epochs after the one before.
+	// The pull becomes four times as fast: the choice flips.
 	for range 20 {
-		done(wayPull, mib, 25*time.Microsecond)
+		c.observe(wayPull, 1<<20, 25*time.Microsecond)
 	}
 	assert.Equal(t, 100*epochLen-5*epochLen, choose(100), "now pulling, the pipeline tried at growing intervals")
 
-	// The pipeline measures a little faster than the pull (within
-	// flipMargin): the choice stays.
-	for range 20 {
-		done(wayPipelined, mib, 24*time.Microsecond)
-	}
-	pull, pipe = c.rates(mib)
-	require.Greater(t, pipe, pull)
-	require.Less(t, pipe, flipMargin*pull)
-	assert.Greater(t, choose(10), 8*epochLen, "still pulling")
+	p0, _ := c.rates()
+	c.observe(wayPull, minMeasure-1, time.Nanosecond)
+	c.observe(wayPull, 1<<20, 0)
+	p1, _ := c.rates()
+	assert.Equal(t, p0, p1, "a short or untimed measurement is left out")
 
-	// Completions at the same instant, and messages too short, measure
-	// nothing.
-	p0, q0 := c.rates(mib)
-	done(wayPipelined, mib, 0)
-	p1, q1 := c.rates(mib)
-	assert.Equal(t, [2]float64{p0, q0}, [2]float64{p1, q1}, "no time between two completions: not measured")
-	for range 4 {
-		done(wayPull, minMeasure-1, time.Microsecond)
-	}
-	ps, qs := c.rates(minMeasure - 1)
-	assert.Zero(t, ps+qs, "messages too short: not measured")
-
-	// Each size class on its own: 16 MiB messages start from nothing,
-	// whatever the 1 MiB ones measured.
-	p16, q16 := c.rates(16 * mib)
-	assert.Zero(t, p16+q16, "another class: nothing measured")
-	assert.True(t, c.pull(16*mib), "another class: its first epoch pulls")
-	assert.Equal(t, uint64(exploreMin), exploreAfter(1.2), "close rates: explored soon")
-	assert.Equal(t, uint64(exploreMax), exploreAfter(50))
-	assert.Equal(t, uint64(exploreMax), exploreAfter(math.Inf(1)))
-	assert.Equal(t, 0, copyClass(64<<10))
-	assert.Equal(t, 0, copyClass(128<<10))
-	assert.Equal(t, 1, copyClass(128<<10+1))
-	assert.Equal(t, 2, copyClass(mib))
-	assert.Equal(t, 3, copyClass(4*mib))
-	assert.Equal(t, copyClasses-1, copyClass(64*mib))
-	assert.Equal(t, copyClasses-1, copyClass(1<<40))
-
-	// Pipelined messages complete at their last chunk's arrival, measured
-	// when the next one starts, in the class of the whole message (2 MiB
-	// + 64 KiB, a class above its 2 MiB after the first chunk).
-	const whole = 2*mib + 64<<10
-	require.Equal(t, copyClass(2*mib)+1, copyClass(whole))
+	// A pipelined message's stream: the bytes after its first chunk over
+	// the time from the first chunk to the last, measured when the next
+	// message starts.
 	var s chooser
-	send := func(seq uint64, sleep time.Duration) {
-		s.data(&engine.Header{Kind: engine.KindData, Seq: seq, SID: 0, Count: 64 << 10})
-		time.Sleep(sleep)
-		for off := int64(64 << 10); off < whole; off += 64 << 10 {
-			s.data(&engine.Header{Kind: engine.KindData, Seq: seq, SID: uint64(off), Count: 64 << 10})
-		}
+	s.data(&engine.Header{Kind: engine.KindData, Seq: 7, SID: 0, Count: 64 << 10})
+	time.Sleep(time.Millisecond)
+	for off := int64(64 << 10); off < 4<<20; off += 64 << 10 {
+		s.data(&engine.Header{Kind: engine.KindData, Seq: 7, SID: uint64(off), Count: 64 << 10})
 	}
-	send(6, 0)
-	send(7, time.Millisecond)
-	_, pipe = s.rates(whole)
-	assert.Zero(t, pipe, "the first message has nothing before it; the second is measured when the next starts")
+	_, pipe = s.rates()
+	assert.Zero(t, pipe, "measured when the next message starts")
 	s.data(&engine.Header{Kind: engine.KindData, Seq: 8, SID: 0, Count: 64 << 10})
-	_, pipe = s.rates(whole)
+	_, pipe = s.rates()
 	assert.Positive(t, pipe)
-	assert.Less(t, pipe, float64(whole)/1e6, "no faster than the message in the millisecond slept")
-	_, lower := s.rates(2 * mib)
-	assert.Zero(t, lower, "the class of the whole message, not of its bytes after the first chunk")
+	assert.Less(t, pipe, float64(4<<20)/1e6, "no faster than 4 MiB in the millisecond slept")
 }
 
 // TestParseCopy: the values of CopyEnv and CopyInEnv, and the errors of
