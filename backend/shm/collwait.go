@@ -36,12 +36,15 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 	bell := c.areas[c.rank].bell
 	var start time.Time
 	sleeping := false // the spin budget is spent: every 16th poll may sleep
+	slow := false     // a pause gave the core or the P away (SpinPause)
 	for i := 0; ; i++ {
 		if c.step(r, i&15 == 15) {
 			return nil
 		}
 		if i&15 != 15 {
-			c.h.e.SpinPause(i)
+			if c.h.e.SpinPause(i) {
+				slow = true
+			}
 			continue
 		}
 		if err := c.down(r); err != nil {
@@ -57,19 +60,24 @@ func (c *Coll) await(r *collReq, timeout time.Duration) error {
 			}
 			continue
 		}
-		// The clock is read from the 256th poll on, and then every 256th:
-		// most small collectives end before it, and a clock read costs as
-		// much as tens of polls (on a virtual machine, a tenth of a loop
-		// of 8-byte Allreduces read it every 16th poll). The budget and
-		// the timeout so start up to 256 polls late: microseconds.
-		if i&255 != 255 && !sleeping {
-			c.h.e.SpinPause(i)
-			continue
-		}
+		// The budget and the timeout count from the 16th poll, the
+		// clock's first read. It is read again every 256th poll while the
+		// polls are fast: most small collectives end before it, and a
+		// clock read costs as much as tens of polls (on a virtual machine,
+		// a tenth of a loop of 8-byte Allreduces read it every 16th
+		// poll). Once a pause has given the core away it is read every
+		// 16th: such a pause can last a time slice, and 256 of them on a
+		// loaded machine let a 500 ms timeout end 2.5 s late (CI, under
+		// the race detector).
+		var spent time.Duration
 		if start.IsZero() {
 			start = time.Now()
+		} else if i&255 != 255 && !sleeping && !slow {
+			c.h.e.SpinPause(i)
+			continue
+		} else {
+			spent = time.Since(start) // one read of the monotonic clock
 		}
-		spent := time.Since(start) // one read of the monotonic clock
 		if timeout > 0 && spent >= timeout {
 			return fmt.Errorf("%w after %v (a shared-memory %v waiting for rank %d)", backend.ErrTimeout, timeout, r.co.Kind, r.waitingFor())
 		}

@@ -91,18 +91,24 @@ func (e *Engine) SpinUntil(done func() bool, timeout time.Duration) bool {
 // (i counts them from 0): when ranks outnumber cores it gives the core
 // away (sched_yield), so a rank never spins while the rank it waits for
 // cannot run; it lets the runtime schedule other goroutines every 64
-// polls. The shared-memory collectives wait the same way.
-func (e *Engine) SpinPause(i int) {
+// polls. The shared-memory collectives wait the same way. It reports
+// whether it gave the core or the P away because ranks outnumber them
+// (not the Gosched every 64 polls): a poll loop whose pauses do cannot
+// count its polls as microseconds, since on a loaded machine one such
+// pause can last a scheduler's time slice.
+func (e *Engine) SpinPause(i int) (yielded bool) {
 	// Ranks of one process (goroutines, as tests run them) that outnumber
 	// its Ps need them, and sched_yield does not give a P away: each
 	// pause hands the P on when several engines are open here, and every
 	// 64 pauses otherwise, so other goroutines are never starved. (A
 	// Gosched on every pause, in a process of one rank, doubled an
 	// 8-byte Allreduce's time on 4 ranks sharing 2 cores.)
-	if i&63 == 63 || (e.crowded && engines.Load() > 1) {
+	crowded := e.crowded && engines.Load() > 1
+	if i&63 == 63 || crowded {
 		runtime.Gosched()
 	}
 	if e.yield {
 		osYield()
 	}
+	return crowded || e.yield
 }
