@@ -117,7 +117,7 @@ func (d *device) close() error {
 		// may be after Close): then the words stay allocated, a few
 		// hundred bytes per communicator.
 		if d.flags != nil {
-			d.flags.mem.Free()
+			d.flags.free()
 		}
 	} else if d.flags != nil {
 		keptFlagWords.Add(1)

@@ -54,6 +54,9 @@ func newFlagWords(n int, probe *cuda.Stream) (*flagWords, error) {
 	return &flagWords{mem: mem, addr: addr, w: mem.Slice(), seq: make([]uint64, n)}, nil
 }
 
+// free frees the words.
+func (f *flagWords) free() error { return f.mem.Free() }
+
 // of returns the device address of word i.
 func (f *flagWords) of(i int) uintptr { return f.addr + uintptr(8*i*flagStride) }
 

@@ -443,12 +443,19 @@ func TestFakeGPUChildFault(t *testing.T) {
 	t.Setenv("FAKEGPU_FAULT", "1")
 	got := make([]byte, 8)
 	q := irecv(t, cs[1], bufOf(got, backend.Uint8), 0, 1) // rank 0 never sends
+	awaitFault(t, q, "a receive on a faulted GPU")
+}
+
+// awaitFault waits for q, which a fault on the fake GPU must end with the
+// driver's error (700), not a timeout, within 5 s; what names the wait.
+func awaitFault(t *testing.T, q backend.Request, what string) {
+	t.Helper()
 	start := time.Now()
 	_, err := q.Wait(10 * time.Second)
 	took := time.Since(start)
 	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
 	if err == nil || errors.Is(err, backend.ErrTimeout) || !strings.Contains(err.Error(), "700") {
-		t.Fatalf("a receive on a faulted GPU: %v, want the driver's error (700)", err)
+		t.Fatalf("%s: %v, want the driver's error (700)", what, err)
 	}
 	if took > 5*time.Second {
 		t.Errorf("the fault was noticed after %v", took)

@@ -499,7 +499,7 @@ func (m *cudaIPC) close() error {
 		m.vals = nil
 	}
 	if m.tally != nil {
-		keep(m.tally.mem.Free())
+		keep(m.tally.free())
 		m.tally = nil
 	}
 	return first

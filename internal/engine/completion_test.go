@@ -49,10 +49,7 @@ func TestCompletionDoneAfterComplete(t *testing.T) {
 func TestCompletionRaces(t *testing.T) {
 	var c completion
 	c.init()
-	uses := 20000
-	if testing.Short() {
-		uses = 2000
-	}
+	uses := raceUses()
 	for i := range uses {
 		want := backend.Status{Count: int64(i)}
 		var wg sync.WaitGroup
@@ -158,10 +155,7 @@ func TestCompletionNotify(t *testing.T) {
 func TestCompletionNotifyRaces(t *testing.T) {
 	var c completion
 	c.init()
-	uses := 20000
-	if testing.Short() {
-		uses = 2000
-	}
+	uses := raceUses()
 	for i := range uses {
 		var calls atomic.Int32
 		done := make(chan struct{})
@@ -183,4 +177,13 @@ func TestCompletionNotifyRaces(t *testing.T) {
 		}
 		<-done
 	}
+}
+
+// raceUses is how many uses of one completion a race test runs: 20,000,
+// or 2,000 with -short.
+func raceUses() int {
+	if testing.Short() {
+		return 2000
+	}
+	return 20000
 }
