@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"math/bits"
 	"sync"
 	"time"
 
@@ -17,40 +18,99 @@ import (
 // across the chip and the single copy wins (2-3 × on another); measured
 // in docs/benchmarks.md, "The copy of large messages, chosen as they
 // move". So the receiver measures both as messages move and takes the
-// faster.
+// faster, separately for each class of sizes (a pull's rate falls with
+// the size faster than the pipeline's: pages pinned, caches missed).
 //
-// It chooses per epoch of epochLen messages, so that a way is measured
-// warm, in a run of its own: the first measurement of a way after the
-// other ran is left out (a pull after a stream of pipelined messages
-// pins pages and runs code that have gone cold, and ran at a fifth of its
-// warm rate). Now and then an epoch takes the slower way, to see whether
-// the machine has changed: after exploreMin epochs, then twice as many
-// each time the slower way stays slower, up to exploreMax (a cost of a
-// sixty-fourth of the messages at most, once settled); when the other way
-// turns out faster, the choice flips and the explorations start close
-// together again.
+// What a message costs either way: the time from when it could begin to
+// its end (a pull's copy done, a pipelined message's last chunk arrived).
+// It could begin when its RTS was written (the sender stamps it) or its
+// receive was posted, whichever came later, but not before the end of the
+// message before it on the link. So in a stream, where the RTSs wait in
+// the ring, a message costs the time from one end to the next, the
+// hand-shakes, the completions and the ring's stalls counted; in a
+// ping-pong, its own round of hand-shakes and copies, the peer's turn left
+// out (the RTS it answers was written after that turn). A pipelined
+// message whose DATA waited while pulls ran (a window that holds both
+// ways) is timed from the last pull's end. The clock is the wall clock,
+// which every process of the host reads alike.
 //
-// A pull's rate is its bytes over the time of the copy. A pipelined
-// message's rate is the bytes of its DATA after the first chunk over the
-// time from the first chunk's arrival to the last's: the stream's pace,
-// which a receiver that takes a window of messages sees back to back; it
-// is measured when the next pipelined message starts. Either rate is a
-// moving average.
+// A sample is the bytes of a few measurements of a way over their time
+// (sampleMax of them, or fewer that make sampleBytes, at least sampleMin);
+// a way's rate is the median of its last three samples, so that one
+// stretch of a stalled virtual machine does not decide.
+//
+// Each class chooses by epochs. It starts with the verdict of the nearest
+// class that has one, else the pipeline (it needs nothing cold to start),
+// for exploreMin epochs: a short run of large messages, a ping-pong of a
+// few, is not worth an exploration (a pull's first copies ran at a fifth
+// of its warm rate, and a way left goes cold). Then an exploring epoch of
+// the other way, just long enough for a sample; then the verdict, the
+// other way only if it is flipFactor faster. The way not taken is explored
+// again after exploreMin epochs, then twice as many each time it stays
+// slower, up to exploreMax (at most a few percent of the messages at
+// first, a thousandth once settled). The way flips only on an
+// exploration's sample flipFactor faster than the way taken: when the way
+// taken slows down so that the other's older rate looks faster, the other
+// is explored at once, not taken (a stall of the machine slows both
+// alike). The first measurement of a way after the other ran is left out,
+// and the first sample's worth of a class's first epoch (fresh pages, cold
+// code). Every switch costs: on a 2-core virtual machine, 4 MiB messages
+// one way took 280 µs with these constants and 970 µs with a chooser that
+// explored from the start and flipped on any lead (docs/benchmarks.md).
 type chooser struct {
-	mu      sync.Mutex
-	rate    [2]float64 // bytes per ns: [ways pulled, ways pipelined]; 0 while unmeasured
-	count   uint64     // choices made
-	way     int        // this epoch's way
-	epochs  uint64     // epochs begun
-	explore uint64     // epochs from one exploring epoch to the next
-	next    uint64     // the epoch that explores next
-	cold    [2]int     // measurements of each way still to leave out
-	faster  int        // the faster way, once both are measured
+	mu    sync.Mutex
+	class [sizeClasses]classChoice
 
-	// The pipelined message whose DATA is arriving; under the link's rmu.
-	rid         uint64
-	first, last time.Time
-	bytes       int64
+	// The pipelined messages matched whose DATA has not begun, in the
+	// order their CTS left (the order of their DATA); skip counts first
+	// chunks to pass over after the queue overflowed.
+	pend       [pendMax]pending
+	head, npen int
+	skip       int
+
+	// The pipelined message whose DATA is arriving.
+	cur   pending
+	curOn bool
+	rid   uint64 // its receiver's id (the DATA's Seq)
+	got   int64  // its bytes arrived
+
+	// The pull chosen last, for Pull: its bytes and when it could begin.
+	pullN, pullReady int64
+
+	prevEnd int64 // the last end of a message the chooser sent either way (wall ns)
+}
+
+// pending is a pipelined message matched: its bytes, its size class, and
+// when it could begin (wall ns).
+type pending struct {
+	n     int64
+	class uint8
+	ready int64
+}
+
+// classChoice is one class of sizes' state: its epochs, and the
+// measurements and samples of each way.
+type classChoice struct {
+	way     int    // this epoch's way
+	first   int    // the way the class starts with
+	left    int    // messages left in this epoch
+	epochs  uint64 // epochs begun
+	settled bool   // both ways sampled and compared: faster is the verdict
+	faster  int
+	explore uint64 // epochs from one exploring epoch to the next
+	next    uint64 // the epoch that explores next
+	cold    [2]int // measurements of each way still to leave out
+
+	acc     [2]accum      // each way's measurements toward its next sample
+	samples [2][3]float64 // each way's last samples, bytes per ns
+	nsample [2]int        // samples taken of each way
+}
+
+// accum sums the measurements of one sample.
+type accum struct {
+	bytes int64
+	d     time.Duration
+	k     int
 }
 
 const (
@@ -58,118 +118,248 @@ const (
 	wayPipelined
 )
 
-// The chooser's epochs: messages per epoch, and the bounds of the
-// interval between explorations, in epochs.
+// The chooser's constants: messages per epoch (an exploring epoch is one
+// sample long, its cold measurement included), measurements per sample,
+// the bounds of the interval between explorations (in epochs), and how
+// much faster the other way must be to be taken.
 const (
-	epochLen   = 16
-	exploreMin = 4
-	exploreMax = 64
+	epochLen    = 16
+	sampleMin   = 2
+	sampleMax   = 8
+	sampleBytes = 8 << 20
+	exploreMin  = 16
+	exploreMax  = 1024
+	flipFactor  = 1.3
 )
 
-// coldMeasures is how many measurements of a way are left out after the
-// other way ran: a pull's first; for the pipeline, the message left over
-// from its last run (measured only when the next one starts) and the
-// first of the new run.
-var coldMeasures = [2]int{wayPull: 1, wayPipelined: 2}
-
-// minMeasure is the fewest bytes a measurement must cover to count: a
-// shorter one is mostly the cost of starting it.
-const minMeasure = 128 << 10
-
-// pull reports whether the receiver should pull the next large message.
-func (c *chooser) pull() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.count%epochLen == 0 {
-		c.begin()
-	}
-	c.count++
-	return c.way == wayPull
+// sampleLen is how many messages of n bytes make a sample: an exploring
+// epoch is one more (its cold measurement), and as many of a class's first
+// messages are left out (their rate, fresh pages touched and cold code
+// run, was a fifth of the warm one in a ping-pong and would decide for
+// either way).
+func sampleLen(n int64) int {
+	return int(min(max((sampleBytes+n-1)/max(n, 1), sampleMin), sampleMax))
 }
 
-// begin starts an epoch: its way is the one not measured yet, else the
-// faster, else, when an exploration is due, the slower. Under mu.
-func (c *chooser) begin() {
-	c.epochs++
-	var way int
+// sizeClasses divides the sizes by powers of four: up to 256 KiB, 1 MiB,
+// 4 MiB, 16 MiB, and above.
+const sizeClasses = 5
+
+// pendMax bounds the pipelined messages tracked between their match and
+// their DATA.
+const pendMax = 512
+
+// sizeClass is the class of a message of n bytes.
+func sizeClass(n int64) uint8 {
+	if n <= 256<<10 {
+		return 0
+	}
+	return uint8(min((bits.Len64(uint64(n-1))-17)/2, sizeClasses-1))
+}
+
+// pull reports whether the receiver should pull the next large message,
+// of n bytes, which could begin at ready (wall ns).
+func (c *chooser) pull(n, ready int64) bool {
+	k := sizeClass(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &c.class[k]
+	if s.epochs == 0 {
+		s.first = c.hint(int(k))
+	}
+	if s.left == 0 {
+		s.begin(sampleLen(n))
+	}
+	s.left--
+	if s.way == wayPull {
+		c.pullN, c.pullReady = n, ready
+		return true
+	}
+	c.push(pending{n: n, class: k, ready: ready})
+	return false
+}
+
+// hint is the way a class k that has seen no message starts with: the
+// verdict of the nearest class that has one (switching ways costs: the
+// way left goes cold), else the pipeline. Under mu.
+func (c *chooser) hint(k int) int {
+	for d := 1; d < sizeClasses; d++ {
+		for _, j := range [2]int{k - d, k + d} {
+			if j >= 0 && j < sizeClasses && c.class[j].settled {
+				return c.class[j].faster
+			}
+		}
+	}
+	return wayPipelined
+}
+
+// begin starts an epoch, of messages that take sample measurements to
+// make a sample: its way is the class's first way for exploreMin epochs
+// and until it has a sample, then the other until it has one, then the
+// verdict, or, when an exploration is due, the other way.
+func (s *classChoice) begin(sample int) {
+	s.epochs++
+	way, length := s.faster, epochLen
+	other := 1 - s.first
 	switch {
-	case c.rate[wayPull] == 0:
-		way = wayPull
-	case c.rate[wayPipelined] == 0:
-		way = wayPipelined
-	case c.epochs < c.next:
-		way = c.faster
-	default: // an exploration is due
-		way = 1 - c.faster
-		c.next = c.epochs + c.explore
-		c.explore = min(2*c.explore, exploreMax)
+	case s.nsample[s.first] == 0 || s.nsample[other] == 0 && s.epochs <= exploreMin:
+		way = s.first
+	case s.nsample[other] == 0:
+		way, length = other, sample+1
+	case !s.settled:
+		way = s.first
+	case s.epochs >= s.next:
+		way, length = 1-s.faster, sample+1
+		s.next = s.epochs + s.explore
 	}
-	if way != c.way || c.epochs == 1 {
-		c.cold[way] = coldMeasures[way]
+	switch {
+	case s.epochs == 1:
+		s.cold[way] = sample
+		length = max(length, 2*sample)
+	case way != s.way:
+		s.cold[way] = 1
 	}
-	c.way = way
+	s.way, s.left = way, length
 }
 
-// observe folds one measurement of way into its average.
-func (c *chooser) observe(way int, n int64, d time.Duration) {
-	if n < minMeasure || d <= 0 {
+// push queues a pipelined message matched; under mu. When the queue is
+// full, it and what it holds are forgotten: their first chunks are passed
+// over.
+func (c *chooser) push(p pending) {
+	if c.npen == pendMax {
+		c.skip += c.npen + 1
+		c.head, c.npen = 0, 0
 		return
 	}
-	r := float64(n) / float64(d.Nanoseconds())
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cold[way] > 0 {
-		c.cold[way]--
-		return
-	}
-	if old := c.rate[way]; old == 0 {
-		c.rate[way] = r
-	} else {
-		c.rate[way] = old + (r-old)/4
-	}
-	if c.rate[wayPull] == 0 || c.rate[wayPipelined] == 0 {
-		return
-	}
-	faster := wayPipelined
-	if c.rate[wayPull] >= c.rate[wayPipelined] {
-		faster = wayPull
-	}
-	if faster != c.faster || c.explore == 0 {
-		// A new verdict: look again soon.
-		c.faster, c.explore = faster, exploreMin
-		c.next = c.epochs + exploreMin
-	}
+	c.pend[(c.head+c.npen)%pendMax] = p
+	c.npen++
 }
 
 // data notes a DATA record of a pipelined message as it arrives; under
-// the link's rmu. When a new message's first chunk comes, the last one's
-// stream is measured.
+// the link's rmu. A first chunk begins the oldest message queued; the
+// chunk that completes its bytes ends it, and measures it.
 func (c *chooser) data(h *engine.Header) {
-	now := time.Now()
-	if h.SID == 0 {
-		c.flush()
-		c.rid, c.first, c.last, c.bytes = h.Seq, now, now, 0
-		return
-	}
-	if h.Seq != c.rid || c.first.IsZero() {
-		return
-	}
-	c.last = now
-	c.bytes += h.Count
-}
-
-// flush measures the stream that data followed, if any; under rmu.
-func (c *chooser) flush() {
-	if !c.first.IsZero() {
-		c.observe(wayPipelined, c.bytes, c.last.Sub(c.first))
-	}
-	c.first = time.Time{}
-}
-
-// rates returns the two averages, in bytes per ns (0: unmeasured), for
-// tests and reports.
-func (c *chooser) rates() (pull, pipelined float64) {
+	now := time.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.rate[wayPull], c.rate[wayPipelined]
+	if h.SID == 0 {
+		c.curOn = false
+		if c.skip > 0 {
+			c.skip--
+			return
+		}
+		if c.npen == 0 {
+			return // not a message the chooser sent this way
+		}
+		c.cur = c.pend[c.head]
+		c.head = (c.head + 1) % pendMax
+		c.npen--
+		c.curOn, c.rid, c.got = true, h.Seq, 0
+	}
+	if !c.curOn || h.Seq != c.rid {
+		return
+	}
+	c.got += h.Count
+	if c.got < c.cur.n {
+		return
+	}
+	c.curOn = false
+	if c.got > c.cur.n {
+		return // not the message queued: leave it out
+	}
+	start := max(c.cur.ready, c.prevEnd)
+	c.prevEnd = max(c.prevEnd, now)
+	c.observe(wayPipelined, c.cur.class, c.cur.n, time.Duration(now-start))
+}
+
+// pulled notes a pull of n bytes done at end (wall ns).
+func (c *chooser) pulled(n, end int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n != c.pullN {
+		c.prevEnd = max(c.prevEnd, end)
+		return // not the pull chosen last (another goroutine's)
+	}
+	start := max(c.pullReady, c.prevEnd)
+	c.prevEnd = max(c.prevEnd, end)
+	c.observe(wayPull, sizeClass(n), n, time.Duration(end-start))
+}
+
+// observe folds one measurement of way into its class's next sample, and
+// when that is complete, the sample into the way's rate and the verdict;
+// under mu.
+func (c *chooser) observe(way int, k uint8, n int64, d time.Duration) {
+	s := &c.class[k]
+	if d <= 0 || n <= 0 {
+		return
+	}
+	if s.cold[way] > 0 {
+		s.cold[way]--
+		return
+	}
+	a := &s.acc[way]
+	a.bytes += n
+	a.d += d
+	a.k++
+	if a.k < sampleMax && (a.k < sampleMin || a.bytes < sampleBytes) {
+		return
+	}
+	r := float64(a.bytes) / float64(a.d.Nanoseconds())
+	s.samples[way][s.nsample[way]%3] = r
+	s.nsample[way]++
+	*a = accum{}
+	s.judge(way, r)
+}
+
+// judge updates the verdict after a sample of way, at rate r.
+func (s *classChoice) judge(way int, r float64) {
+	if s.nsample[wayPull] == 0 || s.nsample[wayPipelined] == 0 {
+		return
+	}
+	if !s.settled {
+		s.settled, s.faster = true, s.first
+		if s.rate(1-s.first) > flipFactor*s.rate(s.first) {
+			s.faster = 1 - s.first
+		}
+		s.explore, s.next = exploreMin, s.epochs+exploreMin
+		return
+	}
+	other := 1 - s.faster
+	switch {
+	case way == other && r > flipFactor*s.rate(s.faster):
+		// An exploration found the other way faster: a new verdict, and
+		// a look back soon.
+		s.faster = other
+		s.explore, s.next = exploreMin, s.epochs+exploreMin
+	case way == other:
+		// An exploration found the other way slower still.
+		s.explore = min(2*s.explore, exploreMax)
+	case s.rate(other) > flipFactor*s.rate(s.faster):
+		// The way taken slowed down: explore the other now.
+		s.next = min(s.next, s.epochs+1)
+	}
+}
+
+// rate is way's rate in bytes per ns: the median of its last three
+// samples (the mean of two, or the one); 0 while unsampled.
+func (s *classChoice) rate(way int) float64 {
+	v := s.samples[way]
+	switch s.nsample[way] {
+	case 0:
+		return 0
+	case 1:
+		return v[0]
+	case 2:
+		return (v[0] + v[1]) / 2
+	}
+	return max(min(v[0], v[1]), min(max(v[0], v[1]), v[2]))
+}
+
+// rates returns the two rates of n bytes' class, in bytes per ns (0:
+// unsampled), for tests and reports.
+func (c *chooser) rates(n int64) (pull, pipelined float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &c.class[sizeClass(n)]
+	return s.rate(wayPull), s.rate(wayPipelined)
 }

@@ -97,7 +97,7 @@ func FuzzRecord(f *testing.F) {
 			t.Fatalf("a record of %d bytes decodes to a frame of %d", len(data), n)
 		}
 		out := make([]byte, len(data))
-		encode(out, &h, r.b, true)
+		encodeAt(out, &h, r.b, true, r.sent)
 		if !bytes.Equal(out[:engine.CheckOffset], data[:engine.CheckOffset]) || !bytes.Equal(out[engine.HeaderSize:], data[engine.HeaderSize:]) {
 			t.Fatalf("record %x re-encodes to %x", data, out)
 		}

@@ -14,8 +14,10 @@
 // the receiver copies the last out, or the receiver copies it straight out
 // of the sender's memory (process_vm_readv: one copy; a collective's
 // message, by default, where the kernel allows it). By default the
-// receiver of a user's message measures the two ways as messages move and
-// takes the faster on its link (choose.go). A waiting goroutine polls the rings
+// receiver of a user's message starts with the pipeline, measures the
+// two ways as messages move, each message from its RTS (stamped by the
+// sender) to its end, and takes the clearly faster on its link, per class
+// of sizes (choose.go). A waiting goroutine polls the rings
 // itself, and the progress goroutine then looks only on a 1 ms timer (or
 // at once when the waiter parks); when no one waits, it sleeps on the
 // doorbell (a futex) and senders wake it. The unix socket stays open: its

@@ -306,7 +306,11 @@ func (l *link) PullAddr(buf []byte, tag int) (uint64, bool) {
 // costs least; so is every message with CopySingle; a user's message with
 // CopyAuto is taken the way that has moved bytes faster on this link
 // (chooser).
-func (l *link) WantPull(n int64, tag int) bool {
+//
+// The chooser times a message from when it could begin: for a receive
+// posted before the RTS came (called from this link's drain, the RTS in
+// src), the RTS's writing; for one posted after, now.
+func (l *link) WantPull(n int64, tag int, posted bool) bool {
 	switch {
 	case !l.read.Load():
 		return false
@@ -315,7 +319,11 @@ func (l *link) WantPull(n int64, tag int) bool {
 	case l.h.copy == CopyPipelined:
 		return false
 	}
-	return l.choose.pull()
+	ready := time.Now().UnixNano()
+	if posted && l.src.sent != 0 {
+		ready = min(ready, l.src.sent)
+	}
+	return l.choose.pull(n, ready)
 }
 
 // Pull implements engine.Puller: one copy out of the peer's memory.
@@ -324,13 +332,9 @@ func (l *link) Pull(dst []byte, addr uint64, tag int) error {
 		return fmt.Errorf("%w: this rank cannot read rank %d's memory", backend.ErrNotSupported, l.rank)
 	}
 	measure := tag >= 0 && l.h.copy == CopyAuto // the chooser's (WantPull)
-	var start time.Time
-	if measure {
-		start = time.Now()
-	}
 	n, err := shmem.ReadFrom(l.pid, dst, uintptr(addr))
 	if err == nil && measure {
-		l.choose.observe(wayPull, int64(n), time.Since(start))
+		l.choose.pulled(int64(n), time.Now().UnixNano())
 	}
 	if errors.Is(err, shmem.ErrNotSupported) {
 		l.read.Store(false)

@@ -214,7 +214,7 @@ func (p *Peer) onRTS(h *Header) error {
 	}
 	env := envelope{src: from, tag: int(h.Tag), typ: h.Type, count: h.Count}
 	if r := c.takePosted(&env); r != nil {
-		e.acceptRTS(r, &env, h.SID, h.Addr, pull) // unlocks
+		e.acceptRTS(r, &env, h.SID, h.Addr, pull, true) // unlocks
 		return nil
 	}
 	c.unexpected = append(c.unexpected, newMessage(message{envelope: env, kind: KindRTS, sid: h.SID, addr: h.Addr, pull: pull}))

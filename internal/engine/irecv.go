@@ -53,7 +53,7 @@ func (c *Comm) Irecv(buf backend.Buffer, source, tag int, caller uintptr) (backe
 	c.unexpected = slices.Delete(c.unexpected, i, i+1)
 	switch {
 	case m.kind == KindRTS:
-		e.acceptRTS(r, &m.envelope, m.sid, m.addr, m.pull) // unlocks
+		e.acceptRTS(r, &m.envelope, m.sid, m.addr, m.pull, false) // unlocks
 		freeMessage(m)
 	case m.ready:
 		e.mu.Unlock()

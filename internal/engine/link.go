@@ -75,8 +75,11 @@ type Puller interface {
 	// WantPull reports whether the receiver should pull a message of n
 	// bytes with tag that its sender offered (RTSPull), or ask for its
 	// DATA instead (CTS): a link may choose per message, by what it has
-	// measured of the two ways.
-	WantPull(n int64, tag int) bool
+	// measured of the two ways. posted reports whether the receive was
+	// posted before the RTS came: the match is the RTS's arrival, called
+	// from the link's own Arrive (its RTS the last one it delivered);
+	// otherwise the RTS waited, and the match is the receive's posting.
+	WantPull(n int64, tag int, posted bool) bool
 	// Pull copies len(dst) bytes, a message with tag, from the peer's
 	// memory at addr. An error matching ErrNotSupported makes the engine
 	// fall back to CTS and DATA.

@@ -126,8 +126,10 @@ func (e *Engine) deliver(r *request, m *envelope, payload []byte) {
 
 // acceptRTS answers a rendezvous for receive r: it pulls the message when
 // the sender offered that and the link can and wants to, else registers r for the DATA
-// and asks for it (CTS), or refuses. Called under e.mu; it unlocks.
-func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool) {
+// and asks for it (CTS), or refuses. posted: r was waiting when the RTS
+// arrived (Arrive), not posted after it (Irecv). Called under e.mu; it
+// unlocks.
+func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull, posted bool) {
 	c := r.c
 	p := c.peer(m.src)
 	r.src, r.mtag, r.mcount = m.src, m.tag, m.count
@@ -151,7 +153,7 @@ func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull bool)
 		}
 		return
 	}
-	if pull && p.puller != nil && p.puller.WantPull(m.bytes(), m.tag) {
+	if pull && p.puller != nil && p.puller.WantPull(m.bytes(), m.tag, posted) {
 		e.mu.Unlock()
 		perr := p.puller.Pull(r.buf.Bytes()[:m.bytes()], addr, m.tag)
 		if perr == nil || !errors.Is(perr, backend.ErrNotSupported) {
