@@ -102,15 +102,24 @@ func run(timeout time.Duration) error {
 		c.Close()
 		return err
 	}
+	rank := c.Rank()
 	if err := c.Close(); err != nil {
 		return err
 	}
 
-	c, err = mp.Init(ctx, mp.WithTimeout(timeout))
+	// Rank 0's wait must pass its timeout first, and its report then asks
+	// rank 1 for its operations while rank 1 still waits in its send: rank
+	// 1's bound is four times as long (a bound is each rank's own), so a
+	// loaded machine that runs rank 0 late cannot let rank 1's pass first.
+	rankTimeout := timeout
+	if rank == 1 {
+		rankTimeout = 4 * timeout
+	}
+	c, err = mp.Init(ctx, mp.WithTimeout(rankTimeout))
 	if err != nil {
 		return err
 	}
-	err = deadlock(c, timeout)
+	err = deadlock(c)
 	c.Close() // aborted by the timeout: its error is the deadlock's
 	return err
 }
@@ -248,12 +257,9 @@ func checked(c *mp.Comm) error {
 
 // deadlock makes two ranks send large messages to each other before either
 // receives: each send waits for a receive that never comes, until the
-// communicator's timeout.
-func deadlock(c *mp.Comm, timeout time.Duration) error {
+// communicator's timeout (rank 0's, the shorter: run).
+func deadlock(c *mp.Comm) error {
 	big := make([]float64, 1<<20)
-	if c.Rank() == 1 {
-		time.Sleep(timeout / 4) // rank 0's wait passes its timeout first
-	}
 	err := mp.Send(c, big, 1-c.Rank(), 9)
 	if c.Rank() == 1 {
 		if !errors.Is(err, mp.ErrPeerLost) && !errors.Is(err, mp.ErrTimeout) {
