@@ -239,7 +239,6 @@ func (c *chooser) push(p pending) {
 // the link's rmu. A first chunk begins the oldest message queued; the
 // chunk that completes its bytes ends it, and measures it.
 func (c *chooser) data(h *engine.Header) {
-	now := time.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h.SID == 0 {
@@ -267,6 +266,7 @@ func (c *chooser) data(h *engine.Header) {
 	if c.got > c.cur.n {
 		return // not the message queued: leave it out
 	}
+	now := time.Now().UnixNano() // only at a message's end: not a clock read a chunk
 	start := max(c.cur.ready, c.prevEnd)
 	c.prevEnd = max(c.prevEnd, now)
 	c.observe(wayPipelined, c.cur.class, c.cur.n, time.Duration(now-start))

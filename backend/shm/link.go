@@ -319,9 +319,15 @@ func (l *link) WantPull(n int64, tag int, posted bool) bool {
 	case l.h.copy == CopyPipelined:
 		return false
 	}
-	ready := time.Now().UnixNano()
-	if posted && l.src.sent != 0 {
-		ready = min(ready, l.src.sent)
+	// src is this link's only when posted (read under its rmu). A stamp the
+	// clock later steps back past makes a measurement of no time, which the
+	// chooser leaves out.
+	var ready int64
+	if posted {
+		ready = l.src.sent
+	}
+	if ready == 0 {
+		ready = time.Now().UnixNano()
 	}
 	return l.choose.pull(n, ready)
 }
