@@ -25,6 +25,7 @@
 //	write.go      the writer jobs (CTS, DATA, BYE) and who runs them
 //	sysio_*.go    the non-blocking reads and the byte count behind poll.go, per system
 //	usertimeout_*.go  TCP_USER_TIMEOUT: a partition ends the link within a bound (Linux)
+//	pacing_*.go   a link within this host taken off a congestion control that paces (BBR) (Linux)
 //	hostconn.go   the host driver's communicator: collectives through shared memory
 //	wire.go       the frames as bytes (PROTOCOL.md)
 package tcp

@@ -183,6 +183,7 @@ func tuneConn(nc net.Conn, ut time.Duration) {
 		if ut > 0 {
 			setUserTimeout(tc, ut)
 		}
+		unpace(tc)
 	}
 }
 
