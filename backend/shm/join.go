@@ -42,6 +42,16 @@ const (
 	// maxEager bounds the messages copied whole through a ring; larger
 	// ones are announced and then copied as Options.Copy says.
 	maxEager = 64 << 10
+	// maxEagerPull is maxEager between two ranks that can read each
+	// other's memory: from there a message moves as the receiver
+	// measures faster, pulled (one copy, by the kernel) or pipelined. On
+	// the 2-core Intel machine of docs/benchmarks.md ("Shared memory on an
+	// Intel host: the pull from 16 KiB", 2026-12-06) streams of 32 and 64
+	// KiB messages moved 9.4-10.5 and 12.7-15.3 GB/s so, against 6.2-6.7
+	// and 6.6-7.0 through the ring (Open MPI's vader, which reads with
+	// the same call from 4 KiB: 12.7-13.7 and 16.4-18.0); 8 KiB made 16
+	// KiB messages' ping-pong slower (5.4-7.7 µs against 4.1-5.3).
+	maxEagerPull = 16 << 10
 	// dataChunk bounds a DATA record of the pipelined copy: the sender
 	// writes the next while the receiver copies the last out, both in
 	// cache (docs/benchmarks.md, "The large-message copy").
@@ -375,7 +385,6 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 	}
 	l.out = out
 	l.peerBell = shmem.NewBell((*uint32)(unsafe.Pointer(&pm[0])))
-	l.eager = int64(min(maxEager, int(theirs.ringCap)/8, int(mine.ringCap)/8))
 	if mine.collOff != 0 {
 		l.coll = newArea(pm[theirs.collOff : theirs.collOff+collAreaSize])
 	}
@@ -396,6 +405,12 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 		return fail(err)
 	}
 	l.pull = ans[0] == 1
+	// Both sides reach the same limit: each knows both answers.
+	limit := maxEager
+	if l.read.Load() && l.pull {
+		limit = maxEagerPull
+	}
+	l.eager = int64(min(limit, int(theirs.ringCap)/8, int(mine.ringCap)/8))
 	return nil
 }
 

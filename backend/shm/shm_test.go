@@ -126,7 +126,7 @@ func exchange(t *testing.T, e [2]*engine.Engine, sizes []int) {
 	}
 }
 
-var sizes = []int{0, 1, 1000, maxEager, maxEager + 1, 3 << 20}
+var sizes = []int{0, 1, 1000, maxEagerPull, maxEagerPull + 1, maxEager, maxEager + 1, 3 << 20}
 
 // TestSizes: eager messages through the ring, large ones through it in
 // chunks.
@@ -142,7 +142,10 @@ func TestTwoCopies(t *testing.T) {
 	e, h := pairCopy(t, CopyPipelined)
 	require.False(t, h[0].links[0].pull)
 	require.False(t, h[1].links[0].pull)
-	exchange(t, e, []int{maxEager + 1, 3 << 20, streamFrom - 1, streamFrom, streamFrom + 4093, 20 << 20})
+	// Nobody pulls, so messages up to maxEager go whole through the ring.
+	assert.Equal(t, int64(maxEager), h[0].links[0].EagerLimit())
+	assert.Equal(t, int64(maxEager), h[1].links[0].EagerLimit())
+	exchange(t, e, []int{maxEagerPull + 1, maxEager, maxEager + 1, 3 << 20, streamFrom - 1, streamFrom, streamFrom + 4093, 20 << 20})
 }
 
 // TestCopyIn: payloads on both sides of streamInFrom, up to the eager
@@ -193,7 +196,11 @@ func TestSingleCopy(t *testing.T) {
 		t.Skip("this kernel refuses process_vm_readv between these processes")
 	}
 	require.True(t, h[0].links[0].pull)
-	exchange(t, e, []int{maxEager + 1, 3 << 20, 20 << 20})
+	// Both can read each other: from maxEagerPull on, messages are
+	// announced and pulled.
+	assert.Equal(t, int64(maxEagerPull), h[0].links[0].EagerLimit())
+	assert.Equal(t, int64(maxEagerPull), h[1].links[0].EagerLimit())
+	exchange(t, e, []int{maxEagerPull, maxEagerPull + 1, maxEager, maxEager + 1, 3 << 20, 20 << 20})
 }
 
 // TestParseCopy: the values of CopyEnv and CopyInEnv, and the errors of
