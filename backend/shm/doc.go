@@ -8,7 +8,8 @@
 // collective area); it passes the inbox to those ranks over the
 // authenticated unix socket they met on, so no other job or user can
 // attach and nothing is ever named in /dev/shm. A message up to the eager
-// limit is copied into the receiver's ring and out of it; a larger one is
+// limit (16 KiB between ranks that can read each other's memory, 64 KiB
+// otherwise) is copied into the receiver's ring and out of it; a larger one is
 // announced, and then (Options.Copy, COURIER_SHM_COPY) either moves
 // through the ring in 64 KiB chunks, the sender writing the next while
 // the receiver copies the last out, or the receiver copies it straight out

@@ -45,8 +45,8 @@ const (
 	// maxEagerPull is maxEager between two ranks that can read each
 	// other's memory: from there a message moves as the receiver
 	// measures faster, pulled (one copy, by the kernel) or pipelined. On
-	// the 2-core Intel machine of docs/benchmarks.md ("Shared memory on an
-	// Intel host: the pull from 16 KiB", 2026-12-06) streams of 32 and 64
+	// the 2-core Intel machine of docs/benchmarks.md ("The host path on
+	// an Intel 2-core machine", 2026-12-06) streams of 32 and 64
 	// KiB messages moved 9.4-10.5 and 12.7-15.3 GB/s so, against 6.2-6.7
 	// and 6.6-7.0 through the ring (Open MPI's vader, which reads with
 	// the same call from 4 KiB: 12.7-13.7 and 16.4-18.0); 8 KiB made 16

@@ -15,10 +15,10 @@ import (
 // system default on some hosts, paces a flow at the rate it has measured
 // so far. A frame one byte over the segment size leaves a short segment
 // that waits out the pacing timer: on the 2-core Intel machine of
-// docs/benchmarks.md ("TCP on a host whose default is BBR", 2026-12-06) a
+// docs/benchmarks.md ("The host path on an Intel 2-core machine", 2026-12-06) a
 // stream of 64 KiB messages (65,576 bytes a frame, against a segment of
 // 65,483) moved 1.3-1.5 GB/s under BBR and 2.8 under CUBIC, and a
-// payload of 65,443 bytes (a frame of one segment) 3.0-3.6 under either;
+// payload of 65,443 bytes (a frame of one segment) 2.8-3.4 under BBR;
 // 1 MiB messages 2.9 against 5.4 GB/s. Open MPI's TCP moved 3.0 and 4.6
 // GB/s under BBR, 3.0 and 5.6 under CUBIC. Links between hosts keep the
 // system's choice: there pacing is what BBR is for.
