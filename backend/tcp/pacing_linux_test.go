@@ -10,18 +10,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// sockopt reads one socket option of nc with get.
+func sockopt[T any](t *testing.T, nc net.Conn, get func(fd int) (T, error)) T {
+	t.Helper()
+	rc, err := nc.(*net.TCPConn).SyscallConn()
+	require.NoError(t, err)
+	var v T
+	var gerr error
+	require.NoError(t, rc.Control(func(fd uintptr) { v, gerr = get(int(fd)) }))
+	require.NoError(t, gerr)
+	return v
+}
+
 // congestion returns tc's congestion control, without the kernel's
 // padding.
 func congestion(t *testing.T, tc *net.TCPConn) string {
 	t.Helper()
-	rc, err := tc.SyscallConn()
-	require.NoError(t, err)
-	var cc string
-	var gerr error
-	require.NoError(t, rc.Control(func(fd uintptr) {
-		cc, gerr = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
-	}))
-	require.NoError(t, gerr)
+	cc := sockopt(t, tc, func(fd int) (string, error) {
+		return unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	})
 	return strings.TrimRight(cc, "\x00")
 }
 

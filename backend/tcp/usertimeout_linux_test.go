@@ -15,15 +15,9 @@ import (
 // userTimeoutOf reads TCP_USER_TIMEOUT of a connection, in milliseconds.
 func userTimeoutOf(t *testing.T, nc net.Conn) int {
 	t.Helper()
-	rc, err := nc.(*net.TCPConn).SyscallConn()
-	require.NoError(t, err)
-	var v int
-	var gerr error
-	require.NoError(t, rc.Control(func(fd uintptr) {
-		v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
-	}))
-	require.NoError(t, gerr)
-	return v
+	return sockopt(t, nc, func(fd int) (int, error) {
+		return unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+	})
 }
 
 func TestUserTimeoutSet(t *testing.T) {
