@@ -134,29 +134,48 @@ func choiceName[T ~uint8](c T, names []string, kind string) string {
 type CopyIn uint8
 
 const (
-	// CopyInStream, the default: a payload of streamInFrom bytes or more
-	// goes into the ring with non-temporal stores (shmem.CopyStream,
-	// where the CPU has them), which write whole lines without taking
-	// them from the core that read them last, the receiver; the receiver
-	// then reads them from memory. On the 2-core AMD machine of
-	// docs/benchmarks.md ("Copied into the ring without taking its
-	// lines", 2026-12-05) that halved the one-way time from 4 KiB to 1
-	// MiB and took 64 KiB messages from 5-9 to 19-20 GB/s.
+	// CopyInStream, the default on processors other than Intel's: a
+	// payload of streamInFrom bytes or more goes into the ring with
+	// non-temporal stores (shmem.CopyStream, where the CPU has them),
+	// which write whole lines without taking them from the core that read
+	// them last, the receiver; the receiver then reads them from memory.
+	// On the 2-core AMD machine of docs/benchmarks.md ("Copied into the
+	// ring without taking its lines", 2026-12-05) that halved the one-way
+	// time from 4 KiB to 1 MiB and took 64 KiB messages from 5-9 to 19-20
+	// GB/s.
 	CopyInStream CopyIn = iota
 	// CopyInCache: every payload with ordinary stores, through the
-	// sender's cache (the receiver takes the lines from it), as before.
+	// sender's cache (the receiver takes the lines from it); the default
+	// on Intel processors, where the stream lost: pipelined streams of 64
+	// KiB, 1, 4 and 64 MiB moved 15.2-15.5, 15.9-16.1, 13.9-14.2 and
+	// 13.1-13.3 GB/s so on the 16-core host of docs/benchmarks.md ("The
+	// host path on an Intel 2-core machine", 2026-12-06), against
+	// 11.6-11.8, 13.6, 10.7-11.3 and 10.6-11.0 with CopyInStream, and
+	// were as fast or faster on the 2-core Intel VM.
 	CopyInCache
 )
 
 // CopyInEnv is the environment variable that chooses CopyIn: "stream"
-// (the default) or "cache".
+// or "cache"; unset, DefaultCopyIn.
 const CopyInEnv = "COURIER_SHM_COPYIN"
+
+// DefaultCopyIn is the CopyIn of an unset CopyInEnv: CopyInCache on Intel
+// processors, CopyInStream on others.
+func DefaultCopyIn() CopyIn {
+	if shmem.IntelCPU() {
+		return CopyInCache
+	}
+	return CopyInStream
+}
 
 var copyInNames = [...]string{CopyInStream: "stream", CopyInCache: "cache"}
 
-// ParseCopyIn reads a value of CopyInEnv; "" is the default. Anything
+// ParseCopyIn reads a value of CopyInEnv; "" is DefaultCopyIn. Anything
 // else is an error that names the choices.
 func ParseCopyIn(v string) (CopyIn, error) {
+	if strings.TrimSpace(v) == "" {
+		return DefaultCopyIn(), nil
+	}
 	return parseChoice[CopyIn](CopyInEnv, v, copyInNames[:], "want stream or cache")
 }
 

@@ -216,7 +216,7 @@ func TestParseCopy(t *testing.T) {
 	assert.Contains(t, err.Error(), CopyEnv)
 	assert.Equal(t, "copy(9)", Copy(9).String())
 
-	for v, want := range map[string]CopyIn{"": CopyInStream, "stream": CopyInStream, " cache ": CopyInCache} {
+	for v, want := range map[string]CopyIn{"": DefaultCopyIn(), "stream": CopyInStream, " cache ": CopyInCache} {
 		c, err := ParseCopyIn(v)
 		require.NoError(t, err, v)
 		assert.Equal(t, want, c, v)

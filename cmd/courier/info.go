@@ -204,6 +204,8 @@ func copyInInfo(getenv func(string) string) string {
 		return err.Error()
 	}
 	switch {
+	case in == shm.CopyInCache && getenv(shm.CopyInEnv) == "":
+		return "payloads copied into the rings through the cache (the default on Intel processors)"
 	case in == shm.CopyInCache:
 		return "payloads copied into the rings through the cache (" + shm.CopyInEnv + "=cache)"
 	case shmem.CanStream():

@@ -15,6 +15,23 @@ var haveStream = cpu.X86.HasAVX2
 // CanStream reports whether CopyStream uses non-temporal stores here.
 func CanStream() bool { return haveStream }
 
+func cpuVendor() (ebx, edx, ecx uint32)
+
+// intel is whether CPUID names the vendor GenuineIntel.
+var intel = func() bool {
+	b, d, c := cpuVendor()
+	var name [12]byte
+	for i, w := range [3]uint32{b, d, c} {
+		for k := range 4 {
+			name[4*i+k] = byte(w >> (8 * k))
+		}
+	}
+	return string(name[:]) == "GenuineIntel"
+}()
+
+// IntelCPU reports whether this is an Intel processor.
+func IntelCPU() bool { return intel }
+
 // CopyStream copies src into dst as copy does, for a large copy whose
 // destination will not be read soon (a large message's receive buffer):
 // where the CPU has AVX2 the bulk goes with non-temporal stores, which

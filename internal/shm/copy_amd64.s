@@ -64,3 +64,15 @@ TEXT ·storeRelease(SB), NOSPLIT, $0-16
 	MOVQ v+8(FP), BX
 	MOVQ BX, (AX)
 	RET
+
+// func cpuVendor() (ebx, edx, ecx uint32)
+//
+// CPUID leaf 0: the vendor's name, twelve bytes in EBX, EDX and ECX.
+TEXT ·cpuVendor(SB), NOSPLIT, $0-12
+	XORL AX, AX
+	XORL CX, CX
+	CPUID
+	MOVL BX, ebx+0(FP)
+	MOVL DX, edx+4(FP)
+	MOVL CX, ecx+8(FP)
+	RET

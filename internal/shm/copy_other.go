@@ -7,6 +7,9 @@ import "sync/atomic"
 // CanStream reports whether CopyStream uses non-temporal stores: not here.
 func CanStream() bool { return false }
 
+// IntelCPU reports whether this is an Intel x86 processor: not here.
+func IntelCPU() bool { return false }
+
 // CopyStream copies src into dst as copy does; see the amd64 version.
 func CopyStream(dst, src []byte) int { return copy(dst, src) }
 
