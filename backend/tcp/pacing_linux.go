@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"net"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,14 +54,13 @@ func unpace(tc *net.TCPConn) bool {
 // paces reports whether the congestion control named cc paces its
 // segments by itself (without a pacing queue discipline).
 func paces(cc string) bool {
-	// The kernel's name may come back padded with NULs.
-	for i := 0; i < len(cc); i++ {
-		if cc[i] == 0 {
-			cc = cc[:i]
-			break
-		}
+	// unix.GetsockoptString stops at the kernel's NUL padding; a name read
+	// otherwise may still carry it.
+	switch strings.TrimRight(cc, "\x00") {
+	case "bbr", "bbr2", "bbr3":
+		return true
 	}
-	return cc == "bbr" || cc == "bbr2" || cc == "bbr3"
+	return false
 }
 
 // onThisHost reports whether a connection from local to remote stays on

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"net"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -22,14 +21,12 @@ func sockopt[T any](t *testing.T, nc net.Conn, get func(fd int) (T, error)) T {
 	return v
 }
 
-// congestion returns tc's congestion control, without the kernel's
-// padding.
+// congestion returns tc's congestion control.
 func congestion(t *testing.T, tc *net.TCPConn) string {
 	t.Helper()
-	cc := sockopt(t, tc, func(fd int) (string, error) {
+	return sockopt(t, tc, func(fd int) (string, error) {
 		return unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 	})
-	return strings.TrimRight(cc, "\x00")
 }
 
 // loopbackPair returns both ends of a loopback TCP connection.
