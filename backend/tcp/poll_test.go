@@ -307,3 +307,78 @@ func TestPollReadySet(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestDrainStopsAtShortRead: a drain whose read took all the socket held
+// (fewer bytes than the buffer had room for) hands over the frames it
+// brought and ends there, without a second read that could only say
+// EAGAIN; frames that arrive after it are taken by the next drain, whole
+// and in order.
+func TestDrainStopsAtShortRead(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("counts the reads of a socket descriptor, which the reader has on Linux")
+	}
+	conns := loopback(t)
+	l, ok := conns[0].(*engine.Engine).Link(1).(*link)
+	require.True(t, ok)
+	require.NotNil(t, l.rd.rc, "the link has no descriptor to read")
+
+	const size = 16
+	sendAll := func(first, n int) {
+		for i := first; i < first+n; i++ {
+			b := make([]byte, size)
+			pattern(b, 1, i)
+			r, err := conns[1].Isend(backend.Buffer{Ptr: unsafePointer(b), Count: size, Type: backend.Uint8}, 0, 7, 0)
+			require.NoError(t, err)
+			_, err = r.Wait(5 * time.Second)
+			r.Release()
+			require.NoError(t, err)
+		}
+	}
+	frame := int64(engine.HeaderSize + size)
+	// drainAfter takes rmu (so that neither the reader goroutine nor a
+	// waiter reads the socket meanwhile), sends messages first to first+n-1,
+	// waits until the socket holds them, drains it once and returns the
+	// reads that made.
+	drainAfter := func(first, n int) (reads int, did bool) {
+		l.rmu.Lock()
+		defer l.rmu.Unlock()
+		sendAll(first, n)
+		want := int64(n) * frame
+		deadline := time.Now().Add(5 * time.Second)
+		for int64(l.rd.held()) < want {
+			require.True(t, time.Now().Before(deadline), "the socket holds %d bytes, want %d", l.rd.held(), want)
+			time.Sleep(time.Millisecond)
+		}
+		orig := l.rd.io.readFn
+		l.rd.io.readFn = func(fd uintptr) { reads++; orig(fd) }
+		defer func() { l.rd.io.readFn = orig }()
+		var err error
+		did, err = l.rd.drain(l.p, true)
+		require.NoError(t, err)
+		return reads, did
+	}
+
+	reads, did := drainAfter(0, 1)
+	require.True(t, did)
+	require.Equal(t, 1, reads, "reads to take one frame")
+
+	reads, did = drainAfter(1, 5)
+	require.True(t, did)
+	require.Equal(t, 1, reads, "reads to take five frames that came together")
+
+	reads, did = drainAfter(6, 0)
+	require.False(t, did)
+	require.Equal(t, 1, reads, "reads of an empty socket")
+
+	// Every message is delivered, in order, to receives posted now.
+	for i := range 6 {
+		b := make([]byte, size)
+		r, err := conns[0].Irecv(backend.Buffer{Ptr: unsafePointer(b), Count: size, Type: backend.Uint8}, 1, 7, 0)
+		require.NoError(t, err)
+		st, err := r.Wait(5 * time.Second)
+		r.Release()
+		require.NoError(t, err)
+		require.Equal(t, int64(size), st.Count)
+		require.NoError(t, checkPattern(b, 1, i))
+	}
+}

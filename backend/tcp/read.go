@@ -83,24 +83,28 @@ func (rd *reader) room() []byte {
 }
 
 // fill reads into the buffer what the socket holds now and reports
-// whether it read anything. Without a descriptor it blocks until the
-// connection gives at least one byte.
-func (rd *reader) fill() (bool, error) {
+// whether it read anything, and whether that read took all the socket
+// held (drained: it gave fewer bytes than the buffer had room for, so the
+// kernel's queue was empty when it returned; whatever comes after makes
+// the socket readable again, for ppoll, the netpoller and the reader
+// goroutine's peek alike). Without a descriptor it blocks until the
+// connection gives at least one byte, and never reports drained.
+func (rd *reader) fill() (read, drained bool, err error) {
 	free := rd.room()
 	if len(free) == 0 {
-		return false, nil
+		return false, false, nil
 	}
 	if rd.rc == nil {
 		n, err := rd.nc.Read(free)
 		rd.w += n
 		if n == 0 && err != nil {
-			return false, err
+			return false, false, err
 		}
-		return n > 0, nil
+		return n > 0, false, nil
 	}
 	n, err := rd.readNow(free)
 	rd.w += n
-	return n > 0, err
+	return n > 0, n > 0 && n < len(free), err
 }
 
 // readNow reads into p what the socket holds, without blocking: 0 and no
@@ -203,11 +207,18 @@ func (rd *reader) step(p *engine.Peer) (bool, error) {
 // until it holds nothing more, and reports whether it handed over
 // anything. The first error is kept: the stream cannot be trusted after
 // it.
+//
+// A read that gave less than the buffer's room took all the socket held
+// (fill's drained), and drain ends once the frames it brought are handed
+// over, without the read that would only say EAGAIN: one system call less
+// for every message a waiter takes (a message, on a VM, costs a read and
+// a write of a microsecond or two each). What comes after that read is
+// found by the next poll, or wakes the reader goroutine.
 func (rd *reader) drain(p *engine.Peer, waiter bool) (bool, error) {
 	if rd.err != nil {
 		return false, rd.err
 	}
-	did := false
+	did, drained := false, false
 	for {
 		var ok bool
 		var err error
@@ -220,11 +231,14 @@ func (rd *reader) drain(p *engine.Peer, waiter bool) (bool, error) {
 				break
 			}
 			// Only the stream's end may follow BYE.
-			if ok, err = rd.fill(); ok {
+			if ok, _, err = rd.fill(); ok {
 				err = fmt.Errorf("%w: rank %d sent bytes after its goodbye", engine.ErrFrame, p.Rank())
 			}
 		} else if ok, err = rd.step(p); err == nil && !ok {
-			ok, err = rd.fill()
+			if drained {
+				break
+			}
+			ok, drained, err = rd.fill()
 		}
 		if err != nil {
 			rd.err = err
