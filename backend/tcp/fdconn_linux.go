@@ -218,7 +218,8 @@ func (c *fdConn) Read(p []byte) (int, error) {
 	}
 }
 
-// Write implements net.Conn: all of p, or an error.
+// Write implements net.Conn: all of p, or an error. Each write(2) is a
+// raw system call, as writev's are (writev says why).
 func (c *fdConn) Write(p []byte) (int, error) {
 	if !c.acquire() {
 		return 0, c.opError("write", net.ErrClosed)
@@ -226,18 +227,18 @@ func (c *fdConn) Write(p []byte) (int, error) {
 	defer c.release()
 	done := 0
 	for done < len(p) {
-		n, err := unix.Write(c.fd, p[done:])
-		if n > 0 {
-			done += n
+		r, _, errno := unix.RawSyscall(unix.SYS_WRITE, uintptr(c.fd), uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
+		if errno == 0 {
+			done += int(r)
 		}
-		switch {
-		case err == nil || err == unix.EINTR:
-		case err == unix.EAGAIN:
+		switch errno {
+		case 0, unix.EINTR:
+		case unix.EAGAIN:
 			if werr := c.wait(&c.wr, "write"); werr != nil {
 				return done, werr
 			}
 		default:
-			return done, c.opError("write", os.NewSyscallError("write", err))
+			return done, c.opError("write", os.NewSyscallError("write", errno))
 		}
 	}
 	return done, nil
@@ -260,29 +261,27 @@ func (c *fdConn) writev(a, b []byte) error {
 				iov = append(iov, v)
 			}
 		}
-		// A small write is an ordinary system call, unlike the reads
-		// (sysIO.init): with raw writes too, some runs of a 2-rank
-		// ping-pong took 220 µs a message, every message waiting out a
-		// waiter's spin, as if the rank's other goroutines got its one P
-		// only then. A large one (the DATA of a large message, written
-		// by the link's writer goroutine) is raw: its kernel copy takes
-		// 0.1-1 ms, and as an ordinary call the runtime's monitor found
-		// the P in a system call on each tick and handed it to another
-		// thread, so a rank of one P ran two threads, and its monitor,
-		// finding work each tick, woke every 20 µs: where ranks fill the
-		// cores, those threads took the cores from the other ranks. On
-		// 4 ranks over 2 cores, Allgather of 16 MiB 18.8-20.3 ms against
-		// 20.6-22.5, Allreduce 37.8-38.4 against 40.4-43.9, and a 2-rank
-		// stream of 1 MiB messages 4.6-5.4 GB/s against 4.1-4.9
-		// (docs/benchmarks.md, "TCP's large writes as raw system calls").
-		// It never blocks: the socket is non-blocking.
-		var r uintptr
-		var errno syscall.Errno
-		if len(b) >= rawWriteMin {
-			r, _, errno = unix.RawSyscall(unix.SYS_WRITEV, uintptr(c.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		} else {
-			r, _, errno = unix.Syscall(unix.SYS_WRITEV, uintptr(c.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		}
+		// Every write is a raw system call, as the reads are
+		// (sysIO.init): the socket is non-blocking, so the call never
+		// waits. As an ordinary call, the runtime's monitor (sysmon)
+		// finds the P in a system call whenever the thread is held there
+		// past its tick (a large message's kernel copy takes 0.1-1 ms; a
+		// small write on a loaded machine is descheduled as it wakes the
+		// reader), and, in a rank of one P, hands the P to another
+		// thread and keeps waking every 20 µs, taking the cores from the
+		// ranks where ranks fill them. Large writes went raw first: on 4
+		// ranks over 2 cores, Allgather of 16 MiB 18.8-20.3 ms against
+		// 20.6-22.5, Allreduce 37.8-38.4 against 40.4-43.9
+		// (docs/benchmarks.md, "TCP's large writes as raw system
+		// calls"). Then the small ones: a loop of 8-byte Bcasts on 4
+		// ranks over 2 cores woke sysmon 6,000-7,000 times a run (as
+		// many context switches as all of Open MPI's ranks made), and as
+		// raw calls 1,200-4,600; Bcast 10.0 µs a call against 14.1,
+		// Allreduce 57.9 against 72.8 ("TCP's small writes as raw system
+		// calls"). An ordinary call also let a rank's other goroutines
+		// have its one P while it wrote; a waiter now yields the P when
+		// it finds another goroutine reading its link (link.pollRead).
+		r, _, errno := unix.RawSyscall(unix.SYS_WRITEV, uintptr(c.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 		n := int(r)
 		if errno != 0 {
 			n = 0
@@ -301,10 +300,6 @@ func (c *fdConn) writev(a, b []byte) error {
 	}
 	return nil
 }
-
-// rawWriteMin is the payload from which writev is a raw system call
-// (writev says why).
-const rawWriteMin = 64 << 10
 
 // Close implements net.Conn: it shuts the socket down (ending every wait
 // on it), and the descriptor is closed once no operation uses it.

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"errors"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/courier-mp/courier/backend"
@@ -117,9 +118,18 @@ func (l *link) poll() bool {
 	return did
 }
 
-// pollRead is poll's reading half.
+// pollRead is poll's reading half. When another goroutine holds the
+// read lock (the reader goroutine, or another waiter), this one yields
+// its P: the holder may be a goroutine of this rank waiting for a P (a
+// rank of one P), which would otherwise hold the link until this
+// waiter's next pause that hands the P on (engine.SpinPause, every 64
+// polls), or its spin's end.
 func (l *link) pollRead() bool {
-	if l.rdDone.Load() || !l.rmu.TryLock() {
+	if l.rdDone.Load() {
+		return false
+	}
+	if !l.rmu.TryLock() {
+		runtime.Gosched()
 		return false
 	}
 	did, err := l.rd.drain(l.p, true)
