@@ -15,18 +15,7 @@ import (
 // fdConn; the other side is a plain *net.TCPConn.
 func fdPair(t *testing.T) (*fdConn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		acc <- c
-	}()
-	d, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	srv := <-acc
-	require.NotNil(t, srv)
+	srv, d := dialPair(t)
 	fc, err := newFDConn(d.(*net.TCPConn))
 	require.NoError(t, err)
 	t.Cleanup(func() { fc.Close(); srv.Close() })

@@ -21,8 +21,9 @@ import (
 // poll).
 func loopback(t *testing.T) []backend.Conn { return loopbackWith(t, Options{}) }
 
-// loopbackWith is loopback with o's eager limit and socket buffers.
-func loopbackWith(t testing.TB, o Options) []backend.Conn {
+// dialPair connects two loopback TCP sockets: the accepted side and the
+// dialled one.
+func dialPair(t testing.TB) (accepted, dialled net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -36,10 +37,18 @@ func loopbackWith(t testing.TB, o Options) []backend.Conn {
 		}
 		acc <- c
 	}()
-	c1, err := net.Dial("tcp", ln.Addr().String())
+	dialled, err = net.Dial("tcp", ln.Addr().String())
 	require.NoError(t, err)
-	c0 := <-acc
-	require.NotNil(t, c0)
+	accepted = <-acc
+	require.NotNil(t, accepted)
+	return accepted, dialled
+}
+
+// loopbackWith is loopback with o's eager limit and socket buffers.
+func loopbackWith(t testing.TB, o Options) []backend.Conn {
+	t.Helper()
+	c0, c1 := dialPair(t)
+	var err error
 	conns := [][]net.Conn{{nil, c0}, {c1, nil}}
 	out := make([]backend.Conn, 2)
 	for i := range out {
