@@ -32,13 +32,7 @@ func congestion(t *testing.T, tc *net.TCPConn) string {
 // loopbackPair returns both ends of a loopback TCP connection.
 func loopbackPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	b, err := ln.Accept()
-	require.NoError(t, err)
+	b, a := dialPair(t)
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a.(*net.TCPConn), b.(*net.TCPConn)
 }
