@@ -46,8 +46,8 @@ func FuzzSetup(f *testing.F) {
 			}
 			return
 		}
-		if m.ringOff < page || m.ringOff+uint64(shmem.RingBytes(int(m.ringCap))) > uint64(n) {
-			t.Fatalf("check passed a ring at %d of capacity %d in a segment of %d", m.ringOff, m.ringCap, n)
+		if m.ringOff < page || m.ringOff+uint64(shmem.RingBytes(int(m.ringCap))+shmem.ClaimsBytes) > uint64(n) {
+			t.Fatalf("check passed a ring and its claims at %d of capacity %d in a segment of %d", m.ringOff, m.ringCap, n)
 		}
 		words := make([]uint64, (n+7)/8) // 8-byte aligned, as a mapping is page aligned
 		pm := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), n)
@@ -81,6 +81,9 @@ func FuzzRecord(f *testing.F) {
 	f.Add(rec(engine.Header{Kind: engine.KindRTS, Type: backend.Uint8, Flags: engine.RTSPull, Count: 1 << 20, SID: 1, Addr: 0x7f0000001000}, nil), int64(1<<12))
 	f.Add(rec(engine.Header{Kind: engine.KindData, Flags: engine.DataStream, Count: 64, SID: 1}, make([]byte, 64)), int64(1<<12))
 	f.Add(rec(engine.Header{Kind: engine.KindCTS, SID: 5}, nil), int64(0))
+	var help [helpSize]byte
+	(&helpReq{dst: 0x7f0000100000, n: 1 << 20, chunk: 256 << 10, gen: 3}).encode(&help)
+	f.Add(rec(engine.Header{Kind: engine.KindCTS, Flags: engine.CTSHelp, SID: 5}, help[:]), int64(0))
 	f.Add(rec(engine.Header{Kind: engine.KindEager, Type: backend.Uint8, Tag: 1, Count: 5000}, bytes.Repeat([]byte{7, 1, 9}, 5000/3+1)[:5000]), int64(1<<16))
 	f.Add([]byte{engine.KindEager}, int64(8))
 	f.Fuzz(func(t *testing.T, data []byte, eager int64) {
@@ -95,6 +98,16 @@ func FuzzRecord(f *testing.F) {
 		}
 		if n := recordLen(&h, len(r.b)); n != len(data) {
 			t.Fatalf("a record of %d bytes decodes to a frame of %d", len(data), n)
+		}
+		if h.Kind == engine.KindCTS && h.Flags&engine.CTSHelp != 0 {
+			// The link takes the request up: it is whole, or a frame error.
+			q, err := decodeHelp(r.b)
+			if err != nil && !errors.Is(err, engine.ErrFrame) {
+				t.Fatalf("decodeHelp: %v does not match engine.ErrFrame", err)
+			}
+			if err == nil && (q.chunks() < 1 || q.chunks() > shmem.MaxClaims) {
+				t.Fatalf("a CTSHelp of %d chunks", q.chunks())
+			}
 		}
 		out := make([]byte, len(data))
 		encodeAt(out, &h, r.b, true, r.sent)

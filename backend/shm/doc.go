@@ -14,11 +14,16 @@
 // through the ring in 64 KiB chunks, the sender writing the next while
 // the receiver copies the last out, or the receiver copies it straight out
 // of the sender's memory (process_vm_readv: one copy; a collective's
-// message, by default, where the kernel allows it). By default the
-// receiver of a user's message starts with the pipeline, measures the
-// two ways as messages move, each message from its RTS (stamped by the
-// sender) to its end, and takes the clearly faster on its link, per class
-// of sizes (choose.go). A waiting goroutine polls the rings
+// message, by default, where the kernel allows it). A user's message over
+// 256 KiB copied that way is copied by both ranks at once: the sender,
+// asked by the receiver, writes chunks into the receiver's buffer
+// (process_vm_writev) from one end while the receiver reads from the
+// other, the chunks claimed in shared memory (split.go). By default the
+// receiver of a user's message starts with the single copy from 256 KiB
+// to 4 MiB and with the pipeline elsewhere, measures the two ways as
+// messages move, each message from its RTS (stamped by the sender) to its
+// end, and takes the clearly faster on its link, per class of sizes
+// (choose.go). A waiting goroutine polls the rings
 // itself, and the progress goroutine then looks only on a 1 ms timer (or
 // at once when the waiter parks); when no one waits, it sleeps on the
 // doorbell (a futex) and senders wake it. The unix socket stays open: its
@@ -38,6 +43,7 @@
 //	hub.go      the Hub: polling, the waiters' spin accounting, the progress goroutine
 //	link.go     one pair: sending, the outbox, draining the ring, pulling, the end
 //	choose.go   pulling or pipelining a user's large message: the rates measured
+//	split.go    a pull copied by both ranks: asking the sender, its chunks, the wait
 //	record.go   a frame as a ring record
 //	coll.go     the collectives through shared memory: Coll, its areas, its request
 //	collstep.go one collective's protocol: fill the slot, publish, read, combine

@@ -195,6 +195,28 @@ type Options struct {
 	// Fill is when the segments' pages are allocated and mapped: ahead,
 	// the default, or at their first touch (PrefaultEnv=0).
 	Fill shmem.Fill
+	// NoSplit makes a receiver pull a user's large message alone, without
+	// asking its sender to copy part of it (SplitEnv=0; split.go).
+	NoSplit bool
+}
+
+// SplitEnv is the environment variable that says whether a pull of a
+// user's large message is split with its sender ("1", the default: both
+// ranks copy at once) or done by the receiver alone ("0").
+const SplitEnv = "COURIER_SHM_SPLIT"
+
+// ParseSplit reads a value of SplitEnv; "" is the default (split).
+// Anything but a boolean is an error matching backend.ErrInvalid.
+func ParseSplit(v string) (bool, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return true, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: %s=%q: want 1 (the sender helps with a pull) or 0 (the receiver pulls alone)", backend.ErrInvalid, SplitEnv, v)
+	}
+	return on, nil
 }
 
 // PrefaultEnv is the environment variable that says whether the
@@ -261,7 +283,7 @@ func parseSetup(b []byte) (setupMsg, error) {
 // segment.
 func (m setupMsg) check(mine setupMsg, segLen int) error {
 	n := uint64(segLen)
-	if m.ringOff < page || m.ringOff > n || uint64(shmem.RingBytes(int(min(m.ringCap, 1<<30)))) > n-m.ringOff {
+	if m.ringOff < page || m.ringOff > n || uint64(shmem.RingBytes(int(min(m.ringCap, 1<<30)))+shmem.ClaimsBytes) > n-m.ringOff {
 		return fmt.Errorf("%w: ring at %d of %d bytes does not fit a segment of %d", backend.ErrCorrupt, m.ringOff, m.ringCap, segLen)
 	}
 	if (m.collOff == 0) != (mine.collOff == 0) {
@@ -271,6 +293,13 @@ func (m setupMsg) check(mine setupMsg, segLen int) error {
 		return fmt.Errorf("%w: at %d in a segment of %d", errNoArea, m.collOff, segLen)
 	}
 	return nil
+}
+
+// claimsOff is where the claims of the split pulls through the ring at
+// ringOff of capacity ringCap lie: right after the ring (a multiple of 128
+// bytes into the segment, as the ring's start is).
+func claimsOff(ringOff, ringCap int) int {
+	return ringOff + shmem.RingBytes(ringCap)
 }
 
 // ringCap is the capacity of each ring of an inbox shared with n other ranks.
@@ -297,7 +326,7 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (
 	}
 	shmem.EnableFastPublish() // before anything is published (internal/shm's fence.go)
 	cap := ringCap(len(locals))
-	rb := (shmem.RingBytes(cap) + page - 1) &^ (page - 1)
+	rb := (shmem.RingBytes(cap) + shmem.ClaimsBytes + page - 1) &^ (page - 1)
 	size := page + rb*len(locals)
 	collOff := 0
 	if len(locals)+1 == e.Size() {
@@ -317,7 +346,13 @@ func Join(ctx context.Context, e *engine.Engine, locals []Local, opts Options) (
 			seg.Close()
 			return nil, err
 		}
-		h.links[i] = &link{h: h, rank: lc.Rank, uc: lc.Conn, in: in}
+		off := page + i*rb
+		claims, err := shmem.NewClaims(mem[claimsOff(off, cap):])
+		if err != nil {
+			seg.Close()
+			return nil, err
+		}
+		h.links[i] = &link{h: h, rank: lc.Rank, uc: lc.Conn, in: in, claims: claims, split: !opts.NoSplit}
 	}
 	errs := make([]error, len(locals))
 	var wg sync.WaitGroup
@@ -403,6 +438,9 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 		return fail(err)
 	}
 	l.out = out
+	if l.peerClaims, err = shmem.NewClaims(pm[claimsOff(int(theirs.ringOff), int(theirs.ringCap)):]); err != nil {
+		return fail(err)
+	}
 	l.peerBell = shmem.NewBell((*uint32)(unsafe.Pointer(&pm[0])))
 	if mine.collOff != 0 {
 		l.coll = newArea(pm[theirs.collOff : theirs.collOff+collAreaSize])
@@ -424,6 +462,7 @@ func (h *Hub) meet(ctx context.Context, l *link, mine setupMsg) error {
 		return fail(err)
 	}
 	l.pull = ans[0] == 1
+	l.choose.split = l.split && l.pull && l.read.Load() && h.copy == CopyAuto
 	// Both sides reach the same limit: each knows both answers.
 	limit := maxEager
 	if l.read.Load() && l.pull {

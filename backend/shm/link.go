@@ -40,6 +40,13 @@ type link struct {
 	choose   chooser // pull or pipeline a user's large message (CopyAuto)
 	dead     atomic.Bool
 
+	// Splitting a pull with the sender (split.go).
+	split      bool          // this rank asks the peer to help with its pulls
+	claims     *shmem.Claims // beside in, in this rank's inbox: its pulls of the peer's messages
+	peerClaims *shmem.Claims // beside out, in the peer's inbox: the peer's pulls of this rank's
+	splitting  atomic.Bool   // claims is in use by a pull
+	helped     atomic.Int64  // chunks this rank wrote into the peer's buffers
+
 	rmu sync.Mutex
 	hdr engine.Header // the header of the record being delivered; under rmu
 	src record        // its payload; under rmu
@@ -266,10 +273,15 @@ func (l *link) drain(max int) bool {
 		}
 		if err == nil {
 			if err = decode(b, l.p.EagerLimit(), &l.hdr, &l.src); err == nil {
-				if l.hdr.Kind == engine.KindData && l.h.copy == CopyAuto {
+				switch {
+				case l.hdr.Kind == engine.KindCTS && l.hdr.Flags&engine.CTSHelp != 0:
+					err = l.help(&l.hdr, &l.src)
+				case l.hdr.Kind == engine.KindData && l.h.copy == CopyAuto:
 					l.choose.data(&l.hdr)
+					fallthrough
+				default:
+					err = l.p.Arrive(&l.hdr, &l.src)
 				}
-				err = l.p.Arrive(&l.hdr, &l.src)
 			}
 			l.src = record{}
 			l.in.Consume()
@@ -298,7 +310,7 @@ func (l *link) PullAddr(buf []byte, tag int) (uint64, bool) {
 	if !l.pull || len(buf) == 0 {
 		return 0, false
 	}
-	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), true
+	return uint64(uintptrOf(buf)), true
 }
 
 // WantPull implements engine.Puller: a collective's message (a negative
@@ -332,13 +344,20 @@ func (l *link) WantPull(n int64, tag int, posted bool) bool {
 	return l.choose.pull(n, ready)
 }
 
-// Pull implements engine.Puller: one copy out of the peer's memory.
-func (l *link) Pull(dst []byte, addr uint64, tag int) error {
+// Pull implements engine.Puller: one copy out of the peer's memory, split
+// with the peer for a user's message from splitFrom bytes (split.go).
+func (l *link) Pull(dst []byte, addr, sid uint64, tag int) error {
 	if !l.read.Load() {
 		return fmt.Errorf("%w: this rank cannot read rank %d's memory", backend.ErrNotSupported, l.rank)
 	}
 	measure := tag >= 0 && l.h.copy == CopyAuto // the chooser's (WantPull)
-	n, err := shmem.ReadFrom(l.pid, dst, uintptr(addr))
+	var n int
+	var err error
+	if l.canSplit(len(dst), tag) {
+		n, err = l.pullSplit(dst, addr, sid)
+	} else {
+		n, err = shmem.ReadFrom(l.pid, dst, uintptr(addr))
+	}
 	if err == nil && measure {
 		l.choose.pulled(int64(n), time.Now().UnixNano())
 	}
@@ -436,3 +455,6 @@ func (l *link) watch() {
 
 // Transport names the link for reports.
 func (l *link) Transport() string { return "shm" }
+
+// uintptrOf is the address of b's first element.
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -13,7 +13,7 @@ import (
 // RTS (engine.RTSPull) the sender's address of the payload and the wall
 // clock's nanoseconds when the record was written (8 bytes each, little
 // endian: the receiver's chooser times the message from there), then the
-// payload of EAGER and DATA. The record's length is its frame's length
+// payload of EAGER and DATA, or a CTSHelp's request (split.go). The record's length is its frame's length
 // exactly; anything else is a corrupt ring. The header's check word (its
 // last 4 bytes) is left zero and not read: a ring lies in memory of this
 // host that only processes of the same user, which met over an
@@ -77,7 +77,11 @@ func decode(b []byte, eager int64, h *engine.Header, src *record) error {
 		sent = int64(binary.LittleEndian.Uint64(b[off+8:]))
 		off += pullSize
 	}
-	if int64(len(b)-off) != h.PayloadLen() {
+	want := h.PayloadLen()
+	if h.Kind == engine.KindCTS && h.Flags&engine.CTSHelp != 0 {
+		want = helpSize // the request, taken up by the link (split.go)
+	}
+	if int64(len(b)-off) != want {
 		return fmt.Errorf("%w: record of %d bytes for a frame of kind %d with %d payload bytes", engine.ErrFrame, len(b), h.Kind, h.PayloadLen())
 	}
 	*src = record{b: b[off:], stream: h.Kind == engine.KindData && h.Flags&engine.DataStream != 0, sent: sent}

@@ -34,6 +34,7 @@ type transportSet struct {
 	copy     shm.Copy
 	copyIn   shm.CopyIn
 	fill     shmem.Fill // from shm.PrefaultEnv
+	noSplit  bool       // from shm.SplitEnv
 	// userTimeout bounds a TCP link's unanswered data (tuneConn; -1: no
 	// bound), from COURIER_TCP_USER_TIMEOUT.
 	userTimeout time.Duration
@@ -58,11 +59,16 @@ func (d Driver) transports(cfg backend.Config) (transportSet, error) {
 	if err != nil {
 		return transportSet{}, err
 	}
+	split, err := shm.ParseSplit(cfg.Getenv(shm.SplitEnv))
+	if err != nil {
+		return transportSet{}, err
+	}
+	t := transportSet{copy: c, copyIn: in, fill: fill, noSplit: !split}
 	v := strings.TrimSpace(cfg.Getenv("COURIER_TRANSPORTS"))
 	if v == "" {
-		return transportSet{shm: true, tcp: true, copy: c, copyIn: in, fill: fill}, nil
+		t.shm, t.tcp = true, true
+		return t, nil
 	}
-	t := transportSet{copy: c, copyIn: in, fill: fill}
 	for _, name := range strings.Split(v, ",") {
 		switch strings.TrimSpace(name) {
 		case TransportSHM:
@@ -287,7 +293,7 @@ func connect(ctx context.Context, cfg backend.Config, tr transportSet) (backend.
 	if pl := newPoller(links); pl != nil {
 		e.AddPoller(pl)
 	}
-	hub, err := shm.Join(ctx, e, locals, shm.Options{Copy: tr.copy, CopyIn: tr.copyIn, Fill: tr.fill})
+	hub, err := shm.Join(ctx, e, locals, shm.Options{Copy: tr.copy, CopyIn: tr.copyIn, Fill: tr.fill, NoSplit: tr.noSplit})
 	if err != nil {
 		closeAll()
 		return nil, err

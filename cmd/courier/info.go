@@ -192,7 +192,20 @@ func shmInfo() string {
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
 		single += " (ptrace_scope " + strings.TrimSpace(string(b)) + ")"
 	}
-	return fmt.Sprintf("shm: ranks of this host share memory (host %.12s…); %s; %s", id, single, copyInInfo(os.Getenv))
+	return fmt.Sprintf("shm: ranks of this host share memory (host %.12s…); %s; %s; %s", id, single, splitInfo(os.Getenv), copyInInfo(os.Getenv))
+}
+
+// splitInfo says whether a pull of a user's large message is split with
+// its sender here (shm.SplitEnv).
+func splitInfo(getenv func(string) string) string {
+	on, err := shm.ParseSplit(getenv(shm.SplitEnv))
+	switch {
+	case err != nil:
+		return err.Error()
+	case !on:
+		return "a large message pulled by its receiver alone (" + shm.SplitEnv + "=0)"
+	}
+	return "a large message pulled by both ranks at once"
 }
 
 // copyInInfo says how a sender copies payloads into a ring here

@@ -464,6 +464,22 @@ func TestCopyInInfo(t *testing.T) {
 	}
 }
 
+// TestSplitInfo: courier info says whether large pulls are split with
+// the sender (COURIER_SHM_SPLIT), and names a bad value's variable.
+func TestSplitInfo(t *testing.T) {
+	for v, want := range map[string]string{"": "both ranks at once", "1": "both ranks at once", "0": "COURIER_SHM_SPLIT=0", "maybe": "COURIER_SHM_SPLIT=\"maybe\""} {
+		got := splitInfo(func(k string) string {
+			if k == "COURIER_SHM_SPLIT" {
+				return v
+			}
+			return ""
+		})
+		if !strings.Contains(got, want) {
+			t.Errorf("COURIER_SHM_SPLIT=%q: %q lacks %q", v, got, want)
+		}
+	}
+}
+
 // TestGPUPairs: the table of courier info's pairs puts ranks on the GPUs
 // in turn (or all on COURIER_DEVICE), and gives two ranks on one GPU the
 // CUDA IPC path, two GPUs NCCL, and a shared GPU with COURIER_CUDA_IPC=0

@@ -234,6 +234,10 @@ func (p *Peer) onCTS(h *Header) error {
 		e.mu.Unlock()
 		return fmt.Errorf("%w: CTS from rank %d for a request it does not hold", ErrFrame, p.rank)
 	}
+	if h.Flags&CTSHelp != 0 {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: rank %d asked for help with a pull over a link that does not split copies", ErrFrame, p.rank)
+	}
 	if h.Flags&CTSDone != 0 {
 		delete(e.inflight, h.SID)
 		e.mu.Unlock()
@@ -256,6 +260,22 @@ func (p *Peer) onCTS(h *Header) error {
 	e.mu.Unlock()
 	p.link.Queue(Job{Kind: KindData, SID: h.SID, RID: h.Seq, send: r})
 	return nil
+}
+
+// PulledSend returns the payload of send sid, a large message to this peer
+// that the peer is pulling, for a link whose receiver asks it to copy part
+// of the payload itself (CTSHelp); false when no such send is in flight
+// (it ended meanwhile). The send stays in flight until the peer's CTSDone:
+// the receiver sends that only once every part it asked for is copied.
+func (p *Peer) PulledSend(sid uint64) ([]byte, bool) {
+	e := p.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.inflight[sid]
+	if r == nil || r.kind != reqSend || r.c.toWorld(r.peer) != p.rank {
+		return nil, false
+	}
+	return r.buf.Bytes(), true
 }
 
 func (p *Peer) onData(h *Header, src Source) error {

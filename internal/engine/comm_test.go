@@ -475,3 +475,45 @@ func TestSendWithoutRequest(t *testing.T) {
 	assert.True(t, handled)
 	assert.Error(t, err, "a revoked communicator")
 }
+
+// TestPulledSend: a link finds the payload of a large send in flight to
+// its peer by the send's id (for a split copy, CTSHelp), and nothing for
+// an id that is not one; a CTSHelp that reaches the engine (a link that
+// does not split copies passed it up) is a frame error, and the send
+// goes on.
+func TestPulledSend(t *testing.T) {
+	es, links := mesh(t, 2)
+	buf := make([]byte, 1<<14) // over memLink's eager limit: a rendezvous
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	s, err := es[0].Isend(backend.Buffer{Ptr: unsafe.Pointer(&buf[0]), Count: int64(len(buf)), Type: backend.Uint8}, 1, 5, 0)
+	require.NoError(t, err)
+	sid := s.(*request).id
+	p := links[0][1].local
+
+	got, ok := p.PulledSend(sid)
+	require.True(t, ok, "the send is in flight to rank 1")
+	assert.Equal(t, unsafe.SliceData(buf), unsafe.SliceData(got), "the send's own buffer")
+	assert.Len(t, got, len(buf))
+	_, ok = p.PulledSend(sid + 1000)
+	assert.False(t, ok, "no send of that id")
+	_, ok = links[1][0].local.PulledSend(sid)
+	assert.False(t, ok, "rank 1's peer 0 holds no send of rank 1 with that id")
+
+	err = p.Arrive(&Header{Kind: KindCTS, Flags: CTSHelp, SID: sid}, &memSource{})
+	assert.ErrorIs(t, err, ErrFrame)
+	done, _, _ := s.Test()
+	assert.False(t, done, "a refused CTSHelp leaves the send in flight")
+
+	recv := make([]byte, len(buf))
+	r, err := es[1].Irecv(backend.Buffer{Ptr: unsafe.Pointer(&recv[0]), Count: int64(len(recv)), Type: backend.Uint8}, 0, 5, 0)
+	require.NoError(t, err)
+	_, err = r.Wait(5 * time.Second)
+	require.NoError(t, err)
+	_, err = s.Wait(5 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, buf, recv)
+	_, ok = p.PulledSend(sid)
+	assert.False(t, ok, "a send that ended is not in flight")
+}

@@ -81,9 +81,11 @@ type Puller interface {
 	// otherwise the RTS waited, and the match is the receive's posting.
 	WantPull(n int64, tag int, posted bool) bool
 	// Pull copies len(dst) bytes, a message with tag, from the peer's
-	// memory at addr. An error matching ErrNotSupported makes the engine
-	// fall back to CTS and DATA.
-	Pull(dst []byte, addr uint64, tag int) error
+	// memory at addr; sid is the message's id at its sender (its RTS's
+	// SID), for a link that asks the sender to copy part of it meanwhile
+	// (CTSHelp). An error matching ErrNotSupported makes the engine fall
+	// back to CTS and DATA.
+	Pull(dst []byte, addr, sid uint64, tag int) error
 }
 
 // Poller is a transport whose arrivals a waiting goroutine can take in

@@ -155,7 +155,7 @@ func (e *Engine) acceptRTS(r *request, m *envelope, sid, addr uint64, pull, post
 	}
 	if pull && p.puller != nil && p.puller.WantPull(m.bytes(), m.tag, posted) {
 		e.mu.Unlock()
-		perr := p.puller.Pull(r.buf.Bytes()[:m.bytes()], addr, m.tag)
+		perr := p.puller.Pull(r.buf.Bytes()[:m.bytes()], addr, sid, m.tag)
 		if perr == nil || !errors.Is(perr, backend.ErrNotSupported) {
 			if perr != nil {
 				// The sender's memory cannot be read: its process is gone

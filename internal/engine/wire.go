@@ -33,6 +33,12 @@ const (
 	CTSTruncate uint16 = 1 << 0 // the receive buffer is too small
 	CTSMismatch uint16 = 1 << 1 // element type or count disagree (checks)
 	CTSDone     uint16 = 1 << 2 // pulled: the send is complete
+	// CTSHelp is a link's own CTS, which the engine never sees: the
+	// receiver is pulling the message (SID) and asks its sender to copy
+	// part of it into the receiver's memory meanwhile (the shared-memory
+	// link's split copy; the link at the sender takes it up with
+	// Peer.PulledSend). CTSDone still ends the send.
+	CTSHelp uint16 = 1 << 3
 )
 
 // RTSPull marks an RTS whose Addr the receiver may read itself (a link

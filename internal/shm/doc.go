@@ -53,6 +53,7 @@
 //	bell.go         Bell: Arm, Disarm, Sleep, Ring, and the protocol
 //	futex_linux.go  the futex system call (FUTEX_WAIT, FUTEX_WAKE, shared)
 //	cma.go          ProbeAddr (cma_linux.go: ReadFrom, WriteTo, CanReadFrom)
+//	claims.go       Claims: a range of chunks two processes take from either end
 //	hostid_linux.go HostID
 //	pidwatch.go     PidWatch (pidwatch_linux.go: WatchPid, Exited, Close)
 //	*_other.go      the same names off Linux: ErrNotSupported
