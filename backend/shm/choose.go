@@ -122,12 +122,14 @@ const (
 	wayPipelined
 )
 
-// The chooser's constants: messages per epoch (an exploring epoch is one
-// sample long, its cold measurement included), measurements per sample,
-// the bounds of the interval between explorations (in epochs), and how
-// much faster the other way must be to be taken.
+// The chooser's constants: messages per epoch, or bytes for large messages
+// (epochMsgs; an exploring epoch is one sample long, its cold measurement
+// included), measurements per sample, the bounds of the interval between
+// explorations (in epochs), and how much faster the other way must be to
+// be taken.
 const (
 	epochLen    = 16
+	epochBytes  = 16 << 20
 	sampleMin   = 2
 	sampleMax   = 8
 	sampleBytes = 8 << 20
@@ -143,6 +145,17 @@ const (
 // either way).
 func sampleLen(n int64) int {
 	return int(min(max((sampleBytes+n-1)/max(n, 1), sampleMin), sampleMax))
+}
+
+// epochMsgs is how many messages of n bytes make an epoch: epochLen, or
+// fewer for messages of more than epochBytes / epochLen bytes, as many as
+// make epochBytes, but at least a sample's. Counted in messages alone, a
+// class of 64 MiB messages first explored the other way after 16 GiB: on
+// the 16-core Intel host of docs/benchmarks.md, where the split pull
+// moved 16 MiB messages at 17.8 GB/s and the pipeline at 10.2-11.4, a
+// benchmark's 64 MiB stream never got there.
+func epochMsgs(n int64) int {
+	return int(max(min(epochLen, epochBytes/max(n, 1)), int64(sampleLen(n))))
 }
 
 // sizeClasses divides the sizes by powers of four: up to 256 KiB, 1 MiB,
@@ -172,7 +185,7 @@ func (c *chooser) pull(n, ready int64) bool {
 		s.first = c.hint(int(k))
 	}
 	if s.left == 0 {
-		s.begin(sampleLen(n))
+		s.begin(sampleLen(n), epochMsgs(n))
 	}
 	s.left--
 	if s.way == wayPull {
@@ -210,13 +223,13 @@ func (c *chooser) hint(k int) int {
 	return wayPipelined
 }
 
-// begin starts an epoch, of messages that take sample measurements to
-// make a sample: its way is the class's first way for exploreMin epochs
+// begin starts an epoch of epoch messages, which take sample measurements
+// to make a sample: its way is the class's first way for exploreMin epochs
 // and until it has a sample, then the other until it has one, then the
 // verdict, or, when an exploration is due, the other way.
-func (s *classChoice) begin(sample int) {
+func (s *classChoice) begin(sample, epoch int) {
 	s.epochs++
-	way, length := s.faster, epochLen
+	way, length := s.faster, epoch
 	other := 1 - s.first
 	switch {
 	case s.nsample[s.first] == 0 || s.nsample[other] == 0 && s.epochs <= exploreMin:

@@ -233,3 +233,38 @@ func TestDecodeHelp(t *testing.T) {
 	_, err = decodeHelp(b[:8])
 	assert.ErrorIs(t, err, engine.ErrFrame)
 }
+
+// TestChooserLargeEpochs: an epoch of large messages is as many as make
+// epochBytes (at least a sample's), so a class of 64 MiB messages that
+// starts on the pipeline explores the pull after exploreMin short epochs
+// (a few dozen messages, not thousands), and takes it when it is faster.
+func TestChooserLargeEpochs(t *testing.T) {
+	assert.Equal(t, epochLen, epochMsgs(1<<20))
+	assert.Equal(t, 4, epochMsgs(4<<20))
+	assert.Equal(t, sampleLen(64<<20), epochMsgs(64<<20))
+
+	const n = 64 << 20
+	k := sizeClass(n)
+	c := &chooser{split: true}
+	at := func(rate float64) time.Duration { return time.Duration(float64(n) / rate) }
+	msgs, pulls := 0, 0
+	for pulls == 0 {
+		if c.pull(n, 0) {
+			pulls++
+			c.observe(wayPull, k, n, at(18))
+		} else {
+			c.observe(wayPipelined, k, n, at(10))
+		}
+		msgs++
+		require.LessOrEqual(t, msgs, (exploreMin+2)*epochMsgs(n), "no exploration of the pull")
+	}
+	for range 2 * epochMsgs(n) {
+		if c.pull(n, 0) {
+			c.observe(wayPull, k, n, at(18))
+		} else {
+			c.observe(wayPipelined, k, n, at(10))
+		}
+	}
+	assert.True(t, c.class[k].settled)
+	assert.Equal(t, wayPull, c.class[k].faster, "the pull, 1.8 × faster, taken")
+}
