@@ -158,8 +158,9 @@ func epochMsgs(n int64) int {
 	return int(max(min(epochLen, epochBytes/max(n, 1)), int64(sampleLen(n))))
 }
 
-// sizeClasses divides the sizes by powers of four: up to 256 KiB, 1 MiB,
-// 4 MiB, 16 MiB, and above.
+// sizeClasses divides the sizes by powers of four: up to 128 KiB, 512 KiB,
+// 2 MiB, 8 MiB, and above (the first class's messages are not split:
+// split.go).
 const sizeClasses = 5
 
 // pendMax bounds the pipelined messages tracked between their match and
@@ -168,10 +169,10 @@ const pendMax = 512
 
 // sizeClass is the class of a message of n bytes.
 func sizeClass(n int64) uint8 {
-	if n <= 256<<10 {
+	if n <= 128<<10 {
 		return 0
 	}
-	return uint8(min((bits.Len64(uint64(n-1))-17)/2, sizeClasses-1))
+	return uint8(min((bits.Len64(uint64(n-1))-16)/2, sizeClasses-1))
 }
 
 // pull reports whether the receiver should pull the next large message,
@@ -197,14 +198,13 @@ func (c *chooser) pull(n, ready int64) bool {
 }
 
 // hint is the way a class k that has seen no message starts with. Where
-// pulls are split with the sender, by its size: the pull up to
-// splitStartMax bytes, the pipeline above (on the 2-core AMD EPYC VM of
-// docs/benchmarks.md the split pull moved a 1 or 4 MiB message in a
-// ping-pong and in a stream 1.3-1.5 × faster than the pipeline, and 8 to
-// 64 MiB ones 0.6-0.9 × as fast: there both copies of each byte go
-// through memory, where the pipeline's second stays in the cache); the
-// pipeline for messages too small to split.
-// Otherwise, the verdict of the nearest class that has one (switching ways
+// pulls are split with the sender, by its size: the pull from splitFrom to
+// the class of splitStartMax bytes, the pipeline elsewhere (on the 2-core
+// AMD EPYC VM of docs/benchmarks.md the split pull moved 256 KiB to 4 MiB
+// messages in a ping-pong and in a stream 1.3-1.9 × faster than the
+// pipeline, 8 MiB ones about as fast, and 16 to 64 MiB ones 0.6-0.8 × as
+// fast: there both copies of each byte go through memory, where the
+// pipeline's second stays in the cache). Otherwise, the verdict of the nearest class that has one (switching ways
 // costs: the way left goes cold), else the pipeline. Under mu.
 func (c *chooser) hint(k int) int {
 	if c.split {

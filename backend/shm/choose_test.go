@@ -27,7 +27,7 @@ func TestCopyAuto(t *testing.T) {
 	_, ok = h[0].links[0].PullAddr(buf, -3)
 	assert.Equal(t, canRead, ok, "a collective's message: offered for pulling when the peer can read")
 	assert.Equal(t, canRead, h[1].links[0].WantPull(1<<20, -3, false), "a collective's message is pulled")
-	const n = 256 << 10
+	const n = 128 << 10 // the first class: not split, so it starts on the pipeline
 	sizes := []int{maxEager + 1, 3 << 20}
 	for range (exploreMin+2)*epochLen + sampleMax + 1 {
 		sizes = append(sizes, n)
@@ -212,12 +212,12 @@ func TestChooserTiming(t *testing.T) {
 	assert.Equal(t, 1, c.class[k].acc[wayPipelined].k, "the message queued after the overflow")
 }
 
-// TestSizeClass: sizes are classed by powers of four from 256 KiB, and a
+// TestSizeClass: sizes are classed by powers of four from 128 KiB, and a
 // sample is 8 MiB's worth of messages, 2 to 8 of them.
 func TestSizeClass(t *testing.T) {
 	for n, want := range map[int64]uint8{
-		64<<10 + 1: 0, 256 << 10: 0, 256<<10 + 1: 1, 1 << 20: 1, 1<<20 + 1: 2,
-		4 << 20: 2, 16 << 20: 3, 16<<20 + 1: 4, 1 << 40: 4,
+		64<<10 + 1: 0, 128 << 10: 0, 128<<10 + 1: 1, 512 << 10: 1, 512<<10 + 1: 2,
+		2 << 20: 2, 2<<20 + 1: 3, 8 << 20: 3, 8<<20 + 1: 4, 1 << 40: 4,
 	} {
 		assert.Equal(t, want, sizeClass(n), "%d bytes", n)
 	}

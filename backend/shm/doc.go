@@ -15,12 +15,12 @@
 // the receiver copies the last out, or the receiver copies it straight out
 // of the sender's memory (process_vm_readv: one copy; a collective's
 // message, by default, where the kernel allows it). A user's message over
-// 256 KiB copied that way is copied by both ranks at once: the sender,
+// 128 KiB copied that way is copied by both ranks at once: the sender,
 // asked by the receiver, writes chunks into the receiver's buffer
 // (process_vm_writev) from one end while the receiver reads from the
 // other, the chunks claimed in shared memory (split.go). By default the
-// receiver of a user's message starts with the single copy from 256 KiB
-// to 4 MiB and with the pipeline elsewhere, measures the two ways as
+// receiver of a user's message starts with the single copy from 128 KiB
+// to 8 MiB and with the pipeline elsewhere, measures the two ways as
 // messages move, each message from its RTS (stamped by the sender) to its
 // end, and takes the clearly faster on its link, per class of sizes
 // (choose.go). A waiting goroutine polls the rings

@@ -35,11 +35,14 @@ import (
 
 // splitFrom is the smallest pulled message whose copy is split with its
 // sender: the chooser's classes of larger messages (sizeClass above 0).
-const splitFrom = 256<<10 + 1
+// On the 2-core AMD EPYC VM, streams of 256 KiB moved 30.0-31.3 GB/s
+// split, 15.5-18.8 pipelined; of 128 KiB 14.5-17.7 and 13.5-18.6; of 64
+// KiB 8.5-10.0 and 12.3-15.8 (docs/benchmarks.md).
+const splitFrom = 128<<10 + 1
 
 // splitStartMax is the largest message whose size class starts on the
 // pull where pulls are split (chooser.hint).
-const splitStartMax = 4 << 20
+const splitStartMax = 8 << 20
 
 // splitChunkMin is the size of a split copy's chunks (larger for a message
 // of more than shmem.MaxClaims of them): each is one system call.

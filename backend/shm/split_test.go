@@ -177,11 +177,11 @@ func TestSplitCollectiveNot(t *testing.T) {
 func TestChooserSplitStart(t *testing.T) {
 	now := time.Now().UnixNano()
 	c := &chooser{split: true}
-	for n, want := range map[int64]bool{256 << 10: false, splitFrom: true, 1 << 20: true, 4 << 20: true, 4<<20 + 1: false, 64 << 20: false} {
+	for n, want := range map[int64]bool{128 << 10: false, splitFrom: true, 256 << 10: true, 1 << 20: true, 8 << 20: true, 8<<20 + 1: false, 64 << 20: false} {
 		assert.Equal(t, want, c.pull(n, now), "%d bytes", n)
 	}
 	c = &chooser{}
-	for _, n := range []int64{256 << 10, 1 << 20, 4 << 20, 64 << 20} {
+	for _, n := range []int64{128 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20} {
 		assert.False(t, c.pull(n, now), "%d bytes", n)
 	}
 }
@@ -202,7 +202,7 @@ func TestParseSplit(t *testing.T) {
 // two chunks' worth, splitChunkMin above, and larger ones where
 // splitChunkMin would make more than the claims hold.
 func TestSplitChunk(t *testing.T) {
-	assert.Equal(t, 132<<10, splitChunk(splitFrom))
+	assert.Equal(t, 68<<10, splitChunk(splitFrom))
 	assert.Equal(t, splitChunkMin, splitChunk(2*splitChunkMin))
 	assert.Equal(t, splitChunkMin, splitChunk(1<<30))
 	huge := 1 << 40
