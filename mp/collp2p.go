@@ -20,7 +20,8 @@ import (
 //	Allreduce      recursive doubling (collrd.go), Reduce + Bcast, ring reduce-scatter + allgather (collring.go)
 //	Allgather      recursive doubling or Bruck's (collbruck.go), ring
 //	ReduceScatter  recursive doubling of the whole buffer, ring
-//	Bcast, Reduce  binomial trees (colltree.go)
+//	Bcast          a binary tree, binomial tree (colltree.go)
+//	Reduce         binomial tree (colltree.go)
 //	Alltoall       every pair at once (collalltoall.go)
 //	Gather(v)      binomial trees of blocks (gather.go)
 //	Scatter(v)     binomial trees of blocks (scatter.go)
@@ -39,6 +40,9 @@ func (c *Comm) p2pColl(co backend.Coll) error {
 	p := c.size
 	switch co.Kind {
 	case backend.Bcast:
+		if c.spare && small(bcastBinary, p, co.Recv.Len()) {
+			return c.bcastBinary(co.Recv, co.Root)
+		}
 		return c.bcastTree(co.Recv, co.Root)
 	case backend.Reduce:
 		return c.reduceTree(co.Send, co.Recv, Op(co.Op), co.Root)

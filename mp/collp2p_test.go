@@ -290,6 +290,18 @@ func TestCollRootedAndAlltoall(t *testing.T) {
 					if !slices.Equal(buf, rankBlock(root, n)) {
 						return fmt.Errorf("Bcast from %d of %d ranks: got %v", root, p, buf[:min(n, 4)])
 					}
+					// The binary tree, the same message again with another
+					// block.
+					buf = rankBlock(root+100, n)
+					if c.rank != root {
+						buf = make([]uint64, n)
+					}
+					if err := c.bcastBinary(describe(buf), root); err != nil {
+						return err
+					}
+					if !slices.Equal(buf, rankBlock(root+100, n)) {
+						return fmt.Errorf("Bcast down the binary tree from %d of %d ranks: got %v", root, p, buf[:min(n, 4)])
+					}
 					send := ints(c.rank, n)
 					var recv []int64
 					if c.rank == root {
@@ -342,6 +354,17 @@ func TestCollSmall(t *testing.T) {
 	}{{2, 99, true}, {2, 100, false}, {3, 49, true}, {4, 50, false}, {5, 9, true}, {1000, 10, false}} {
 		if got := small(tab, c.p, c.n); got != c.want {
 			t.Errorf("small(%d ranks, %d bytes) = %v", c.p, c.n, got)
+		}
+	}
+	// The binary tree's Bcast: never on 4 ranks or fewer (the two trees
+	// have one shape there), below 64 KiB beyond.
+	for _, c := range []struct {
+		p    int
+		n    int64
+		want bool
+	}{{2, 8, false}, {4, 8, false}, {5, 8, true}, {8, 64<<10 - 1, true}, {8, 64 << 10, false}, {64, 8, true}} {
+		if got := small(bcastBinary, c.p, c.n); got != c.want {
+			t.Errorf("bcastBinary: %d ranks, %d bytes: %v", c.p, c.n, got)
 		}
 	}
 }

@@ -28,6 +28,30 @@ func (c *Comm) bcastTree(buf backend.Buffer, root int) error {
 	return nil
 }
 
+// bcastBinary sends root's buf down a binary tree: with ranks numbered
+// from the root, rank v receives from (v-1)/2 and sends to 2v+1 and 2v+2.
+// ⌈log2(N+1)⌉ levels, each rank sending at most twice: where back-to-back
+// small Bcasts are bound by the busiest rank's sends (each one a system
+// call of the TCP stack), it sends two where the binomial tree's root
+// sends ⌈log2 N⌉.
+func (c *Comm) bcastBinary(buf backend.Buffer, root int) error {
+	p := c.size
+	v := mod(c.rank-root, p)
+	if v > 0 {
+		if err := c.recv(buf, ((v-1)/2+root)%p); err != nil {
+			return err
+		}
+	}
+	for _, k := range [2]int{2*v + 1, 2*v + 2} {
+		if k < p {
+			if err := c.send(buf, (k+root)%p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // reduceTree combines send up a binomial tree into recv at root (the
 // mirror of bcastTree). Each rank combines what its subtree sent into its
 // own partial result, the lower ranks' values on the left. A leaf sends

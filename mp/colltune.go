@@ -39,6 +39,19 @@ var (
 	// hops outgrow ⌈log2 N⌉ steps, is an estimate to measure on a host
 	// with a core per rank.
 	scanRD = []switchPoint{{8, 0}, {anyRanks, 16 << 10}}
+	// bcastBinary: a binary tree below (where the host's ranks leave
+	// cores idle: Comm.spare), the binomial tree from there. On 4 ranks
+	// or fewer the two have one shape. Back-to-back small Bcasts are
+	// bound by the busiest rank's sends, each a system call through the
+	// TCP stack, and the binary tree's ranks send twice at most where the
+	// binomial root sends ⌈log2 N⌉ times: on 8 ranks of the 16-core host
+	// over TCP (docs/benchmarks.md, 2026-12-06, third session) 8 B took
+	// 9.85 µs against 13.3 (Open MPI 8.64), 1 KiB 12.6 against 16.8, 16
+	// KiB 18.6 against 22.1 and 64 KiB 35.5 against 43.6 (medians of 5
+	// rounds); with one P a rank, level. Where ranks outnumber cores the
+	// binomial tree kept its lead (8 ranks on 2 cores, 16 KiB: 60-68
+	// against 80-125 µs).
+	bcastBinary = []switchPoint{{4, 0}, {anyRanks, 64 << 10}}
 )
 
 // chainPiece is the size of the pieces a chain (Scan's) passes on.

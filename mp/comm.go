@@ -70,6 +70,7 @@ type Comm struct {
 	job         backend.Job
 	env         func(string) string
 	cores       bool      // Init changed GOMAXPROCS for it (cores.go)
+	spare       bool      // the ranks of this host leave some of its cores idle (cores.go)
 	tr          *recorder // the timeline (trace.go); nil: none is recorded
 
 	// The collectives of device buffers that courier runs itself: on the
@@ -302,6 +303,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		name:        "world",
 		fam:         newFamily(),
 		cores:       coresSet,
+		spare:       spareCores(job.LocalSize),
 		devMode:     cfg.devMode,
 		tr:          tr,
 	}

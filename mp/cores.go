@@ -75,6 +75,13 @@ func shareCores(localSize int, getenv func(string) string) bool {
 	return setCores(1, 0, getenv)
 }
 
+// spareCores reports whether localSize ranks, those of this host, leave
+// some of its CPUs idle; false when the launcher does not say how many
+// there are.
+func spareCores(localSize int) bool {
+	return localSize > 0 && localSize < runtime.NumCPU()
+}
+
 // widenCores raises GOMAXPROCS from 1 to 2 (for the CUDA IPC path) and
 // reports whether it did; the caller then owes one releaseCores.
 func widenCores(getenv func(string) string) bool {

@@ -37,6 +37,18 @@ func TestShareCores(t *testing.T) {
 	require.Equal(t, 2, runtime.GOMAXPROCS(0))
 }
 
+// TestSpareCores: ranks fewer than the CPUs leave some idle; as many or
+// more, or a count the launcher does not give, do not.
+func TestSpareCores(t *testing.T) {
+	n := runtime.NumCPU()
+	require.Equal(t, n > 1, spareCores(n-1))
+	require.Equal(t, n > 1, spareCores(1))
+	require.False(t, spareCores(n))
+	require.False(t, spareCores(n+3))
+	require.False(t, spareCores(-1), "a launcher that does not say")
+	require.False(t, spareCores(0))
+}
+
 // TestWidenCores: a rank with one P on the CUDA IPC path gets a second,
 // one with more keeps them, a lowered value stands against a widening,
 // and the release puts 1 back.

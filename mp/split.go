@@ -242,6 +242,7 @@ func (c *Comm) child(conn backend.Conn, members []int, id uint32, name string) *
 		job:         c.job,
 		env:         c.env,
 		devMode:     c.devMode,
+		spare:       c.spare,
 		id:          id,
 		name:        name,
 		parent:      c,
