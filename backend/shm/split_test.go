@@ -70,18 +70,13 @@ func pingPong(t *testing.T, e [2]*engine.Engine, sizes []int) {
 	require.NoError(t, <-errc)
 }
 
-func sendWait(e *engine.Engine, b []byte, peer int) error {
-	r, err := e.Isend(bytesOf(b), peer, 7, 0)
-	if err != nil {
-		return err
-	}
-	defer r.Release()
-	_, err = r.Wait(10 * time.Second)
-	return err
-}
+// sendWait and recvWait post a send or a receive of b with peer, with
+// tag 7, and wait for it.
+func sendWait(e *engine.Engine, b []byte, peer int) error { return opWait(e.Isend, b, peer) }
+func recvWait(e *engine.Engine, b []byte, peer int) error { return opWait(e.Irecv, b, peer) }
 
-func recvWait(e *engine.Engine, b []byte, peer int) error {
-	r, err := e.Irecv(bytesOf(b), peer, 7, 0)
+func opWait(post func(backend.Buffer, int, int, uintptr) (backend.Request, error), b []byte, peer int) error {
+	r, err := post(bytesOf(b), peer, 7, 0)
 	if err != nil {
 		return err
 	}
