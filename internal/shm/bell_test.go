@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -95,64 +94,72 @@ func TestBellNoAllocs(t *testing.T) {
 
 // pingPong is one side of a bell ping-pong: for each round it waits, by
 // the bell's protocol and never spinning, until the peer's counter reaches
-// the round (or, when first, starts the round), then sets its own and
-// rings the peer. It returns how many sleeps ran into their timeout, and
-// of those how many were lost wake-ups: the peer's counter there and the
-// bell's word as this side armed it, still, a second later (the peer moved
-// on and never rang). A sleep that merely lasted, the word rung (a wake-up
-// delivered late), the peer not there yet (the machine stopped both) or
-// the peer between setting its counter and ringing (the race detector's
-// run on CI's loaded VM once held it there past the timeout) is not one:
-// CI's virtual machine once held a pair of these processes for 2 s.
-// Callers allow one such stall per side, and no lost wake-up.
-func pingPong(rounds int, first bool, mine, theirs *atomic.Uint32, me, peer Bell) (sleeps, timeouts, lost int, err error) {
+// the round (or, when first, starts the round), then sets its own, rings
+// the peer, and records that its ring for the round has returned (rang).
+// It returns how many sleeps ran into their timeout, and of those how many
+// were lost wake-ups: the peer's counter there, the peer's ring for that
+// round returned (theirRang), and the bell's word still as this side armed
+// it. By the protocol that cannot be: the side armed before it looked at
+// the peer's counter and found it short, so the peer set its counter after
+// the arming and its ring saw the bell armed, and moved the word on. A
+// sleep that merely lasted (CI's loaded virtual machine has held one of
+// these processes for seconds, once between its counter and its ring) is
+// not one, however long the peer takes to ring: the check waits for the
+// ring's return, up to ringWait. Callers allow one such stall per side,
+// and no lost wake-up.
+type pingSide struct {
+	mine, theirs    *atomic.Uint32 // the round each side has reached
+	rang, theirRang *atomic.Uint32 // the round each side's ring has returned for
+	me, peer        Bell
+}
+
+func pingPong(rounds int, first bool, s pingSide) (sleeps, timeouts, lost int, err error) {
 	for i := 1; i <= rounds; i++ {
 		want := uint32(i)
 		if first {
 			want = uint32(i - 1)
 		}
-		for theirs.Load() != want {
-			v := me.Arm()
-			if theirs.Load() == want {
-				me.Disarm()
+		for s.theirs.Load() != want {
+			v := s.me.Arm()
+			if s.theirs.Load() == want {
+				s.me.Disarm()
 				break
 			}
 			start := time.Now()
-			if err := me.Sleep(v, bellTimeout); err != nil {
+			if err := s.me.Sleep(v, bellTimeout); err != nil {
 				return sleeps, timeouts, lost, err
 			}
 			sleeps++
 			if time.Since(start) >= bellTimeout {
 				timeouts++
-				if theirs.Load() == want && neverRung(me, v) {
+				if s.theirs.Load() == want && ringReturned(s.theirRang, want) && atomic.LoadUint32(s.me.w) == v {
 					lost++
 				}
 			}
 		}
-		mine.Store(uint32(i))
-		peer.Ring()
+		s.mine.Store(uint32(i))
+		s.peer.Ring()
+		s.rang.Store(uint32(i))
 	}
 	return sleeps, timeouts, lost, nil
 }
 
-// neverRung reports whether b's word still holds v, the value this side
-// armed it with, after a grace of bellGrace: a peer that has set its
-// counter but not yet rung (held by the machine between the two, as CI's
-// loaded VM can hold it) rings within it; one that moved on without
-// ringing never does.
-func neverRung(b Bell, v uint32) bool {
-	deadline := time.Now().Add(bellGrace)
-	for atomic.LoadUint32(b.w) == v {
+// ringReturned waits until the peer's ring for round want has returned, up
+// to ringWait, and reports whether it has.
+func ringReturned(rang *atomic.Uint32, want uint32) bool {
+	deadline := time.Now().Add(ringWait)
+	for rang.Load() < want {
 		if time.Now().After(deadline) {
-			return true
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return false
+	return true
 }
 
-// bellGrace is how long neverRung waits for a ring that is on its way.
-const bellGrace = time.Second
+// ringWait bounds ringReturned's wait: a peer held that long between its
+// counter and its ring's return is a stalled machine, not a lost wake-up.
+const ringWait = 30 * time.Second
 
 // TestBellGoroutines plays many rounds of bell ping-pong between two
 // goroutines: every round both sleep, and no sleep runs into its timeout.
@@ -162,14 +169,16 @@ func TestBellGoroutines(t *testing.T) {
 		rounds = 3_000
 	}
 	var wa, wb uint32
-	var ca, cb atomic.Uint32
+	var ca, cb, ra, rb atomic.Uint32
 	a, b := NewBell(&wa), NewBell(&wb)
 	var wg sync.WaitGroup
 	var bSleeps, bTimeouts, bLost int
 	var bErr error
-	wg.Go(func() { bSleeps, bTimeouts, bLost, bErr = pingPong(rounds, false, &cb, &ca, b, a) })
+	wg.Go(func() {
+		bSleeps, bTimeouts, bLost, bErr = pingPong(rounds, false, pingSide{mine: &cb, theirs: &ca, rang: &rb, theirRang: &ra, me: b, peer: a})
+	})
 	start := time.Now()
-	aSleeps, aTimeouts, aLost, err := pingPong(rounds, true, &ca, &cb, a, b)
+	aSleeps, aTimeouts, aLost, err := pingPong(rounds, true, pingSide{mine: &ca, theirs: &cb, rang: &ra, theirRang: &rb, me: a, peer: b})
 	wg.Wait()
 	require.NoError(t, err)
 	require.NoError(t, bErr)
@@ -188,9 +197,11 @@ func init() {
 		if err != nil {
 			return err
 		}
-		mine := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountC)))
-		theirs := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountP)))
-		sleeps, timeouts, lost, err := pingPong(atoi(args[0]), false, mine, theirs, p.me, p.peer)
+		sleeps, timeouts, lost, err := pingPong(atoi(args[0]), false, pingSide{
+			mine: p.counter(offCountC), theirs: p.counter(offCountP),
+			rang: p.counter(offRangC), theirRang: p.counter(offRangP),
+			me: p.me, peer: p.peer,
+		})
 		if err != nil {
 			return err
 		}
@@ -207,10 +218,13 @@ func TestBellProcesses(t *testing.T) {
 		rounds = 2_000
 	}
 	p, c := startPair(t, "bell", 4096, fmt.Sprint(rounds))
-	mine := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountP)))
-	theirs := (*atomic.Uint32)(unsafe.Pointer(p.word(offCountC)))
+	theirs := p.counter(offCountC)
 	start := time.Now()
-	sleeps, timeouts, lost, err := pingPong(rounds, true, mine, theirs, p.me, p.peer)
+	sleeps, timeouts, lost, err := pingPong(rounds, true, pingSide{
+		mine: p.counter(offCountP), theirs: theirs,
+		rang: p.counter(offRangP), theirRang: p.counter(offRangC),
+		me: p.me, peer: p.peer,
+	})
 	require.NoError(t, err)
 	var cSleeps, cTimeouts, cLost int
 	_, err = fmt.Sscan(c.line(t), &cSleeps, &cTimeouts, &cLost)

@@ -26,6 +26,8 @@ const (
 	offStop     = 256 // set by the parent: the helper stops
 	offCountP   = 384 // the bell ping-pong's counters
 	offCountC   = 512
+	offRangP    = 640 // the round each side's ring has returned for
+	offRangC    = 768
 	bellTimeout = 2 * time.Second
 )
 
@@ -45,6 +47,9 @@ type pair struct {
 }
 
 func (p *pair) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&p.mem[off])) }
+
+// counter is the word at off as an atomic counter.
+func (p *pair) counter(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&p.mem[off])) }
 
 // startPair creates a segment with two rings of capacity bytes, starts a
 // helper in role (with args), passes it the segment and waits until it
