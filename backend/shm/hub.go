@@ -185,7 +185,12 @@ func (h *Hub) progress() {
 			// (armWanted, then a look at the count: whichever of this
 			// and that waiter's SpinEnd comes second sees the other).
 			if uint32(h.spin.Load()) > 0 {
-				h.armWanted.Store(true)
+				// A swap, not a store: the look at the count below must
+				// not pass it (Dekker's pattern with SpinEnd's), and
+				// built with the race detector a store would be a
+				// release store (shmem.Bell.Ring); elsewhere both are
+				// one exchange.
+				h.armWanted.Swap(true)
 				if uint32(h.spin.Load()) > 0 {
 					continue
 				}

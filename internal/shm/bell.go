@@ -100,9 +100,22 @@ func (b Bell) Sleep(v uint32, timeout time.Duration) error {
 // reports whether the bell was armed; a sleeper may not have reached
 // Sleep yet, and then its Sleep returns at once. When the bell is not
 // armed, Ring is one atomic load.
+//
+// Built with the race detector, that load is an atomic add of 0 instead:
+// there sync/atomic's stores are release stores (an ordinary MOV on
+// amd64), so the producer's store of what it publishes could pass Ring's
+// load of the word, still in the core's store buffer, and both sides miss
+// the other (Dekker's pattern, as the protocol above says); the
+// read-modify-write is a full barrier. TestBellProcesses lost a wake-up in
+// about one run of three under -race before.
 func (b Bell) Ring() bool {
 	for {
-		old := atomic.LoadUint32(b.w)
+		var old uint32
+		if raceEnabled {
+			old = atomic.AddUint32(b.w, 0)
+		} else {
+			old = atomic.LoadUint32(b.w)
+		}
 		if old&bellArmed == 0 {
 			return false
 		}

@@ -1,5 +1,0 @@
-//go:build !race
-
-package shm
-
-const raceEnabled = false
