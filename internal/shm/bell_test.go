@@ -102,11 +102,12 @@ func TestBellNoAllocs(t *testing.T) {
 // it. By the protocol that cannot be: the side armed before it looked at
 // the peer's counter and found it short, so the peer set its counter after
 // the arming and its ring saw the bell armed, and moved the word on. A
-// sleep that merely lasted (CI's loaded virtual machine has held one of
-// these processes for seconds, once between its counter and its ring) is
-// not one, however long the peer takes to ring: the check waits for the
-// ring's return, up to ringWait. Callers allow one such stall per side,
-// and no lost wake-up.
+// sleep that merely lasted (a loaded machine holding the peer between its
+// counter and its ring) is not one, however long the peer takes: the check
+// waits for the ring's return, up to ringWait. Callers allow one such
+// stall per side, and no lost wake-up. (The check found real ones: under
+// the race detector, whose atomic stores are release stores, until Ring
+// made its look a read-modify-write there.)
 type pingSide struct {
 	mine, theirs    *atomic.Uint32 // the round each side has reached
 	rang, theirRang *atomic.Uint32 // the round each side's ring has returned for
