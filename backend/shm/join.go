@@ -208,15 +208,7 @@ const SplitEnv = "COURIER_SHM_SPLIT"
 // ParseSplit reads a value of SplitEnv; "" is the default (split).
 // Anything but a boolean is an error matching backend.ErrInvalid.
 func ParseSplit(v string) (bool, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return true, nil
-	}
-	on, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("%w: %s=%q: want 1 (the sender helps with a pull) or 0 (the receiver pulls alone)", backend.ErrInvalid, SplitEnv, v)
-	}
-	return on, nil
+	return parseSwitch(SplitEnv, v, "want 1 (the sender helps with a pull) or 0 (the receiver pulls alone)")
 }
 
 // PrefaultEnv is the environment variable that says whether the
@@ -229,18 +221,26 @@ const PrefaultEnv = "COURIER_SHM_PREFAULT"
 // ParseFill reads a value of PrefaultEnv; "" is the default (ahead).
 // Anything but a boolean is an error matching backend.ErrInvalid.
 func ParseFill(v string) (shmem.Fill, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return shmem.FillAhead, nil
-	}
-	ahead, err := strconv.ParseBool(v)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s=%q: want 1 (pages ahead) or 0 (at first touch)", backend.ErrInvalid, PrefaultEnv, v)
-	}
-	if ahead {
-		return shmem.FillAhead, nil
+	ahead, err := parseSwitch(PrefaultEnv, v, "want 1 (pages ahead) or 0 (at first touch)")
+	if err != nil || ahead {
+		return shmem.FillAhead, err
 	}
 	return shmem.FillOnTouch, nil
+}
+
+// parseSwitch reads v, a value of the environment variable env, as a
+// boolean; "" is true (every switch here is on by default). Anything else
+// is an error matching backend.ErrInvalid that says want.
+func parseSwitch(env, v, want string) (bool, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return true, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: %s=%q: %s", backend.ErrInvalid, env, v, want)
+	}
+	return on, nil
 }
 
 // setupMsg is what each rank tells each local peer, beside its inbox's

@@ -9,15 +9,15 @@ import (
 	shmem "github.com/courier-mp/courier/internal/shm"
 )
 
-// A ring record is one frame: the engine's 40-byte header, for a pulled
-// RTS (engine.RTSPull) the sender's address of the payload and the wall
-// clock's nanoseconds when the record was written (8 bytes each, little
-// endian: the receiver's chooser times the message from there), then the
-// payload of EAGER and DATA, or a CTSHelp's request (split.go). The record's length is its frame's length
-// exactly; anything else is a corrupt ring. The header's check word (its
-// last 4 bytes) is left zero and not read: a ring lies in memory of this
-// host that only processes of the same user, which met over an
-// authenticated socket, can map, and nothing on the way can alter it, so
+// A ring record is one frame: the engine's 40-byte header, for a pulled RTS
+// (engine.RTSPull) the sender's address of the payload and the wall clock's
+// nanoseconds when the record was written (8 bytes each, little endian: the
+// receiver's chooser times the message from there), then the payload of
+// EAGER and DATA, or a CTSHelp's request (split.go). The record's length is
+// its frame's length exactly; anything else is a corrupt ring. The header's
+// check word (its last 4 bytes) is left zero and not read: a ring lies in
+// memory of this host that only processes of the same user, which met over
+// an authenticated socket, can map, and nothing on the way can alter it, so
 // the CRC32-C that guards a TCP stream would cost every message for
 // nothing.
 
@@ -82,7 +82,7 @@ func decode(b []byte, eager int64, h *engine.Header, src *record) error {
 		want = helpSize // the request, taken up by the link (split.go)
 	}
 	if int64(len(b)-off) != want {
-		return fmt.Errorf("%w: record of %d bytes for a frame of kind %d with %d payload bytes", engine.ErrFrame, len(b), h.Kind, h.PayloadLen())
+		return fmt.Errorf("%w: record of %d bytes for a frame of kind %d with %d payload bytes", engine.ErrFrame, len(b), h.Kind, want)
 	}
 	*src = record{b: b[off:], stream: h.Kind == engine.KindData && h.Flags&engine.DataStream != 0, sent: sent}
 	return nil
